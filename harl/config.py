@@ -1,0 +1,62 @@
+"""Configuration of one tuning run. Every field documents itself; the CLI help comes from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STRATEGIES = ("harl", "metaschedule")
+
+
+def doc(text: str, **kwargs):
+    """A dataclass field carrying its own help text."""
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How candidates are built and timed."""
+
+    build_timeout_s: float = doc("seconds one candidate may take to compile", default=60.0)
+    run_timeout_s: float = doc("seconds one candidate may take to run", default=30.0)
+    number: int = doc("runs averaged into one timing", default=3)
+    repeat: int = doc("timings taken per candidate (their mean is the candidate's latency)",
+                      default=1)
+    min_repeat_ms: int = doc("a timing lasts at least this long (more runs for fast kernels)",
+                             default=40)
+    builder_workers: int | None = doc("parallel build processes (default: the CPU count)",
+                                      default=None)
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """How the tuned model is checked against onnxruntime and timed."""
+
+    rtol: float = doc("relative tolerance of the output check", default=1e-3)
+    atol: float = doc("absolute tolerance of the output check", default=1e-4)
+    latency_repeats: int = doc("latency samples per build (the median is reported)", default=20)
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """One `python -m harl.tune` run."""
+
+    model: Path = doc("the ONNX model to tune")
+    target: str | None = doc("llvm | cuda | a TVM target tag | a JSON target dict "
+                             "(default: this CPU)", default=None)
+    trials: int = doc("global trial budget across all tasks", default=64)
+    work_dir: Path | None = doc("where logs, database and report go "
+                                "(default: logs/<model name>/)", default=None)
+    strategy: str = doc("search strategy", default="metaschedule")
+    input_shapes: dict[str, tuple[int, ...]] = doc("fixed shapes for model inputs",
+                                                   default_factory=dict)
+    seed: int = doc("random seed for search and verification inputs", default=0)
+    quiet: bool = doc("no progress output", default=False)
+    trials_per_batch: int | None = doc("candidates measured per search round "
+                                       "(default: from budget and task count)", default=None)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+
+    def resolved_work_dir(self) -> Path:
+        """The work dir, defaulting to logs/<model stem>/."""
+        return self.work_dir if self.work_dir is not None else Path("logs") / self.model.stem

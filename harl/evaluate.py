@@ -1,0 +1,121 @@
+"""Compile the model with a database, check it against onnxruntime, and time both."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from harl.frontend.onnx_model import OnnxModel
+from harl.target import is_gpu
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How far the tuned model's outputs are from the reference."""
+
+    max_abs_err: float
+    worst_output: str
+    verified: bool
+    rtol: float
+    atol: float
+
+
+def compile_model(relax_mod, target, database=None):
+    """Relax VM executable; tasks missing from `database` keep their default schedules."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if database is None:
+        database = ms.database.MemoryDatabase()
+    return ms.relax_integration.compile_relax(database, relax_mod, target, params=None)
+
+
+class CompiledModel:
+    """A loaded executable that runs on named numpy inputs."""
+
+    def __init__(self, executable, target, input_names: list[str]) -> None:
+        import tvm
+        from tvm import relax
+
+        self.device = tvm.cuda(0) if is_gpu(target) else tvm.cpu(0)
+        self.vm = relax.VirtualMachine(executable, self.device)
+        self.input_names = input_names
+
+    def _args(self, inputs: dict[str, np.ndarray]) -> list:
+        import tvm
+
+        return [tvm.runtime.tensor(inputs[name], self.device) for name in self.input_names]
+
+    def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Outputs copied to numpy while the VM is alive."""
+        result = self.vm["main"](*self._args(inputs))
+        return [np.asarray(out.numpy()) for out in _flatten(result)]
+
+    def median_latency_ms(self, inputs: dict[str, np.ndarray], repeats: int) -> float:
+        """Median of `repeats` timings, each averaging enough runs to last >= 20 ms."""
+        timer = self.vm.time_evaluator("main", self.device, number=1, repeat=repeats,
+                                       min_repeat_ms=20)
+        return float(np.median(timer(*self._args(inputs)).results) * 1e3)
+
+
+def _flatten(result) -> list:
+    import tvm
+
+    if isinstance(result, tvm.runtime.Tensor):
+        return [result]
+    flat = []
+    for item in result:
+        flat.extend(_flatten(item))
+    return flat
+
+
+class OnnxRuntimeModel:
+    """The reference: onnxruntime on the CPU with the same thread count."""
+
+    def __init__(self, model: OnnxModel, threads: int) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(model.proto.SerializeToString(), options,
+                                            providers=["CPUExecutionProvider"])
+
+    def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self.session.run(None, inputs))
+
+    def median_latency_ms(self, inputs: dict[str, np.ndarray], repeats: int) -> float:
+        self.run(inputs)  # warm-up
+        samples = []
+        for _ in range(repeats):
+            runs, start = 0, time.perf_counter()
+            while True:
+                self.run(inputs)
+                runs += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= 0.02:
+                    break
+            samples.append(elapsed / runs * 1e3)
+        return statistics.median(samples)
+
+
+def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str],
+                  rtol: float, atol: float) -> OutputCheck:
+    """Elementwise |a - e| <= atol + rtol * |e| on every output."""
+    if len(actual) != len(expected):
+        return OutputCheck(float("inf"), f"{len(actual)} outputs vs {len(expected)}", False,
+                           rtol, atol)
+    worst_name, worst_err, verified = names[0] if names else "", 0.0, True
+    for name, got, want in zip(names, actual, expected, strict=True):
+        if got.shape != want.shape:
+            return OutputCheck(float("inf"), name, False, rtol, atol)
+        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        err = float(diff.max()) if diff.size else 0.0
+        if not np.isfinite(err) or err > worst_err:
+            worst_name, worst_err = name, err
+        if not np.all(diff <= atol + rtol * np.abs(want)):
+            verified = False
+    return OutputCheck(worst_err, worst_name, verified, rtol, atol)

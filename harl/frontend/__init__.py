@@ -1,0 +1,1 @@
+"""From an ONNX file to TVM tuning tasks."""

@@ -1,0 +1,1 @@
+"""Building and timing candidates: local processes here, TVM RPC for device farms."""

@@ -1,0 +1,105 @@
+"""Every measured trial, as it arrives: per-task bests, the end-to-end estimate, history.csv."""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from harl.report.progress import Progress
+
+HISTORY_COLUMNS = ("time_s", "task_id", "task", "trial", "latency_ms", "error",
+                   "best_task_ms", "e2e_estimate_ms")
+
+
+@dataclass
+class TaskStats:
+    """What has been learned about one task so far."""
+
+    name: str
+    weight: float
+    flop: float
+    trials: int = 0
+    failures: int = 0
+    best_s: float = math.inf
+
+    @property
+    def measured(self) -> bool:
+        return math.isfinite(self.best_s)
+
+
+def trial_latency_s(builder_result, runner_result) -> tuple[float, str]:
+    """Mean measured seconds of one trial, or (inf, error message) when it failed."""
+    error = builder_result.error_msg or (runner_result.error_msg if runner_result else None)
+    if error:
+        return math.inf, str(error).strip().splitlines()[0][:200]
+    secs = [float(s) for s in runner_result.run_secs]
+    if not secs:
+        return math.inf, "no timing returned"
+    return sum(secs) / len(secs), ""
+
+
+def end_to_end_estimate_s(stats: list[TaskStats]) -> float | None:
+    """Weighted sum of each measured task's best latency (None before any measurement)."""
+    measured = [s for s in stats if s.measured]
+    if not measured:
+        return None
+    return sum(s.weight * s.best_s for s in measured)
+
+
+@derived_object
+class TrialRecorder(PyMeasureCallback):
+    """Sees every measurement batch; keeps per-task stats and appends history.csv at once."""
+
+    def __init__(self, stats: list[TaskStats], history_path: Path,
+                 progress: Progress | None = None) -> None:
+        super().__init__()
+        self.stats = stats
+        self.history_path = Path(history_path)
+        self.progress = progress
+        self.start = time.monotonic()
+        self.trials_done = 0
+        new_file = not self.history_path.exists() or self.history_path.stat().st_size == 0
+        self._file = open(self.history_path, "a", newline="")  # noqa: SIM115  (closed in close())
+        self._writer = csv.writer(self._file)
+        if new_file:
+            self._writer.writerow(HISTORY_COLUMNS)
+            self._file.flush()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        task = self.stats[task_id]
+        for builder_result, runner_result in zip(builder_results, runner_results, strict=True):
+            latency_s, error = trial_latency_s(builder_result, runner_result)
+            task.trials += 1
+            self.trials_done += 1
+            if math.isfinite(latency_s):
+                task.best_s = min(task.best_s, latency_s)
+            else:
+                task.failures += 1
+            estimate = end_to_end_estimate_s(self.stats)
+            self._writer.writerow([
+                f"{time.monotonic() - self.start:.3f}", task_id, task.name, task.trials,
+                _ms(latency_s), error, _ms(task.best_s), _ms(estimate),
+            ])
+        self._file.flush()
+        if self.progress is not None:
+            estimate = end_to_end_estimate_s(self.stats)
+            self.progress.update(self.trials_done, None if estimate is None else estimate * 1e3,
+                                 sum(s.measured for s in self.stats), len(self.stats))
+
+    def close(self) -> None:
+        self._file.close()
+        if self.progress is not None:
+            self.progress.close()
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    return f"{seconds * 1e3:.6g}"

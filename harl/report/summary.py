@@ -1,0 +1,78 @@
+"""report.json for machines and a summary table for people."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from harl.report.history import TaskStats
+
+
+@dataclass
+class TaskSummary:
+    name: str
+    weight: float
+    flop: float
+    trials: int
+    failures: int
+    best_ms: float | None
+
+
+@dataclass
+class RunReport:
+    """Everything a run found, as written to report.json."""
+
+    model: str
+    target: str
+    strategy: str
+    trials: int
+    trials_done: int
+    seed: int
+    tune_seconds: float
+    tasks: list[TaskSummary]
+    latency_ms: dict[str, float | None] = field(default_factory=dict)
+    max_abs_err: float | None = None
+    worst_output: str | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    verified: bool | None = None
+    work_dir: str = ""
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+
+def task_summaries(stats: list[TaskStats]) -> list[TaskSummary]:
+    return [
+        TaskSummary(s.name, s.weight, s.flop, s.trials, s.failures,
+                    s.best_s * 1e3 if math.isfinite(s.best_s) else None)
+        for s in stats
+    ]
+
+
+def format_summary(report: RunReport) -> str:
+    """A fixed-width table of tasks followed by the model-level latencies."""
+    lines = [f"{'task':<44} {'weight':>6} {'MFLOP':>9} {'trials':>6} {'best ms':>10}"]
+    for task in report.tasks:
+        best = f"{task.best_ms:.4g}" if task.best_ms is not None else "failed"
+        lines.append(f"{task.name[:44]:<44} {task.weight:>6g} {task.flop / 1e6:>9.3f} "
+                     f"{task.trials:>6} {best:>10}")
+    lines.append("")
+    lat = report.latency_ms
+    for label, key in (("untuned TVM", "untuned"), ("tuned TVM", "tuned"),
+                       ("onnxruntime", "onnxruntime")):
+        value = lat.get(key)
+        lines.append(f"{label + ' latency':<24} " + (f"{value:.4g} ms" if value else "n/a"))
+    if lat.get("untuned") and lat.get("tuned"):
+        lines.append(f"{'speed-up over untuned':<24} {lat['untuned'] / lat['tuned']:.2f}x")
+    if lat.get("onnxruntime") and lat.get("tuned"):
+        lines.append(f"{'tuned / onnxruntime':<24} {lat['tuned'] / lat['onnxruntime']:.2f}x")
+    if report.verified is not None:
+        lines.append(f"{'max abs error':<24} {report.max_abs_err:.3g} "
+                     f"(rtol {report.rtol:g}, atol {report.atol:g}, vs onnxruntime)")
+    verified = "not run" if report.verified is None else str(report.verified).lower()
+    lines.append(f"{'verified':<24} {verified}")
+    lines.append(f"{'trials':<24} {report.trials_done} in {report.tune_seconds:.0f} s")
+    return "\n".join(lines)

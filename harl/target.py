@@ -1,0 +1,75 @@
+"""Turn the user's --target text into a TVM Target."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from harl.errors import HarlError
+
+logger = logging.getLogger(__name__)
+
+#: Architecture assumed for `--target cuda` when no GPU is visible here (a remote farm measures).
+DEFAULT_REMOTE_CUDA_ARCH = "sm_80"
+
+
+def local_cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def host_target_dict() -> dict:
+    """The local CPU as an llvm target dict, with its real micro-architecture and core count."""
+    from tvm.target import codegen
+
+    return {
+        "kind": "llvm",
+        "mcpu": codegen.llvm_get_system_cpu(),
+        "num-cores": local_cpu_count(),
+    }
+
+
+def _cuda_target_dict() -> dict:
+    import tvm
+
+    device = tvm.cuda(0)
+    if device.exist:
+        arch = "sm_" + device.compute_version.replace(".", "")
+    else:
+        arch = DEFAULT_REMOTE_CUDA_ARCH
+        logger.warning("no local GPU: assuming %s; pass a target tag such as "
+                       "nvidia/nvidia-h100 to match the measuring device", arch)
+    return {"kind": "cuda", "arch": arch, "host": host_target_dict()}
+
+
+def parse_target(spec: str | None):
+    """Build a Target from None (this CPU), 'llvm', 'cuda', a tag, or a JSON dict."""
+    from tvm.target import Target
+
+    if spec is None or spec.strip() in ("", "llvm", "cpu"):
+        return Target(host_target_dict())
+    spec = spec.strip()
+    try:
+        if spec == "cuda":
+            return Target(_cuda_target_dict())
+        if spec.startswith("{"):
+            config = json.loads(spec)
+            if config.get("kind") == "llvm":
+                config = {**host_target_dict(), **config}
+            return Target(config)
+        target = Target(spec)
+    except (ValueError, RuntimeError, json.JSONDecodeError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise HarlError(f"unknown target {spec!r}: {first_line}") from None
+    if target.kind.name == "cuda" and target.host is None:
+        target = Target(target, host=host_target_dict())
+    return target
+
+
+def is_gpu(target) -> bool:
+    """True for targets whose kernels run on a GPU."""
+    return "gpu" in [str(key) for key in target.keys]

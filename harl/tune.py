@@ -1,0 +1,129 @@
+"""`python -m harl.tune MODEL.onnx`: import, tune, compile, verify, report.
+
+This is the one outer loop; every step lives in its own module.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from harl.config import TuneConfig
+from harl.errors import HarlError, VerificationError
+from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.frontend.onnx_model import OnnxModel, import_to_relax, load_onnx
+from harl.frontend.tasks import extract_tasks
+from harl.loop import LoopSettings, default_batch_size, tune_tasks
+from harl.report.progress import Progress
+from harl.report.summary import RunReport, format_summary, task_summaries
+from harl.search import make_plan
+from harl.target import is_gpu, local_cpu_count, parse_target
+from harl.tvm_env import load_tensor_intrinsics, quiet_tvm_loggers
+
+
+def prepare_work_dir(path: Path) -> Path:
+    """Create the work dir and make sure it is writable before any tuning starts."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".harl_write_probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise HarlError(f"cannot write to work dir {path}: {err.strerror or err}") from None
+    return path
+
+
+def run(config: TuneConfig, out=None) -> RunReport:
+    """Tune one model end to end and return its report (also written to the work dir)."""
+    out = out if out is not None else sys.stdout
+    say = (lambda _msg: None) if config.quiet else (lambda msg: print(msg, file=out, flush=True))
+    if config.trials <= 0:
+        raise HarlError(f"--trials must be a positive number, got {config.trials}")
+
+    # 1. Model and target
+    model = load_onnx(config.model, config.input_shapes)
+    target = parse_target(config.target)
+    work_dir = prepare_work_dir(config.resolved_work_dir())
+    (work_dir / "logs").mkdir(exist_ok=True)
+    quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
+    load_tensor_intrinsics(target)
+    relax_mod = import_to_relax(model)
+    tasks = extract_tasks(relax_mod, target)
+    num_cores = int(target.attrs.get("num-cores", 0)) or local_cpu_count()
+    if is_gpu(target):
+        num_cores = local_cpu_count()
+    batch = config.trials_per_batch or default_batch_size(config.trials, len(tasks))
+    say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
+        f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")
+
+    # 2. Tune
+    plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores)
+    settings = LoopSettings(trials=config.trials, trials_per_batch=batch, seed=config.seed,
+                            num_cores=num_cores)
+    progress = Progress(config.trials, enabled=False if config.quiet else None)
+    start = time.monotonic()
+    database, stats = tune_tasks(tasks, target, plan, work_dir, settings, config.measure,
+                                 progress)
+    tune_seconds = time.monotonic() - start
+
+    # 3. Compile, verify, time
+    report = RunReport(
+        model=str(config.model), target=str(target), strategy=config.strategy,
+        trials=config.trials, trials_done=sum(s.trials for s in stats), seed=config.seed,
+        tune_seconds=round(tune_seconds, 2), tasks=task_summaries(stats),
+        work_dir=str(work_dir),
+    )
+    say("harl: compiling and verifying against onnxruntime ...")
+    evaluate_into(report, model, relax_mod, target, database, config)
+
+    # 4. Report
+    report.write(work_dir / "report.json")
+    say(format_summary(report))
+    say(f"harl: database, history.csv and report.json in {work_dir}")
+    if report.verified is False:
+        raise VerificationError(
+            f"tuned model output {report.worst_output!r} differs from onnxruntime by "
+            f"{report.max_abs_err:.3g} (rtol {report.rtol:g}, atol {report.atol:g}); "
+            f"database kept in {work_dir}")
+    return report
+
+
+def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
+                  config: TuneConfig) -> None:
+    """Fill the report's latencies and output check (skipped when the target is not here)."""
+    import tvm
+
+    if is_gpu(target) and not tvm.cuda(0).exist:
+        report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
+        return
+    names = [spec.name for spec in model.inputs]
+    inputs = model.random_inputs(config.seed)
+    tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
+    untuned = CompiledModel(compile_model(relax_mod, target), target, names)
+    reference = OnnxRuntimeModel(model, threads=local_cpu_count())
+
+    check = check_outputs(tuned.run(inputs), reference.run(inputs), list(model.output_names),
+                          config.verify.rtol, config.verify.atol)
+    report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
+    report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
+
+    # Interleave the three so that machine drift hits all alike.
+    runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
+    samples: dict[str, list[float]] = {key: [] for key in runners}
+    rounds = 4
+    per_round = max(1, config.verify.latency_repeats // rounds)
+    for _ in range(rounds):
+        for key, runner in runners.items():
+            samples[key].append(runner.median_latency_ms(inputs, per_round))
+    report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harl.cli import run_cli
+
+    return run_cli(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
