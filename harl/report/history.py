@@ -73,6 +73,10 @@ class TrialRecorder(PyMeasureCallback):
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
+        self.record(task_id, builder_results, runner_results)
+
+    def record(self, task_id: int, builder_results, runner_results) -> None:
+        """Account for one measured batch of task `task_id`."""
         task = self.stats[task_id]
         for builder_result, runner_result in zip(builder_results, runner_results, strict=True):
             latency_s, error = trial_latency_s(builder_result, runner_result)

@@ -1,0 +1,57 @@
+"""Shared fixtures: small ONNX models made on the fly and paths to the bundled examples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "tasks" / "examples"
+
+
+def save_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture
+def tiny_matmul(tmp_path) -> Path:
+    """y = relu(x @ W), x: [1, 16], W: [16, 8]."""
+    weight = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((16, 8)).astype("float32"), "W")
+    return save_model(
+        tmp_path / "tiny.onnx",
+        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+        [weight],
+    )
+
+
+@pytest.fixture
+def symbolic_model(tmp_path) -> Path:
+    """Relu over an input of shape [batch, 4]."""
+    return save_model(
+        tmp_path / "symbolic.onnx",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+    )
+
+
+@pytest.fixture
+def unsupported_op_model(tmp_path) -> Path:
+    """A valid ONNX model using Celu, which TVM's ONNX importer does not convert."""
+    return save_model(
+        tmp_path / "celu.onnx",
+        [helper.make_node("Celu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )

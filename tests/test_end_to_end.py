@@ -1,0 +1,80 @@
+"""`python -m harl.tune` on real TVM (llvm), exactly as a user runs it, and plain-TVM reuse."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import EXAMPLES, ROOT
+
+
+def harl_tune(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "harl.tune", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("mlp")
+    proc = harl_tune(EXAMPLES / "mlp.onnx", "--trials", 6, "--trials-per-batch", 2,
+                     "--work-dir", work_dir)
+    return proc, work_dir
+
+
+def test_tune_exits_zero_and_prints_latencies(mlp_run):
+    proc, _ = mlp_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for label in ("untuned TVM latency", "tuned TVM latency", "onnxruntime latency"):
+        assert label in proc.stdout
+    assert "verified                 true" in proc.stdout
+
+
+def test_report_history_and_database_agree(mlp_run):
+    proc, work_dir = mlp_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((work_dir / "report.json").read_text())
+    assert report["verified"] is True and report["strategy"] == "metaschedule"
+    assert report["max_abs_err"] <= 1e-3
+    assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
+    assert all(v > 0 for v in report["latency_ms"].values())
+    assert len(report["tasks"]) == 3 and report["trials_done"] >= 6
+    assert all(task["trials"] > 0 and task["best_ms"] > 0 for task in report["tasks"])
+    rows = list(csv.DictReader((work_dir / "history.csv").open()))
+    assert len(rows) == report["trials_done"]
+    records = (work_dir / "database_tuning_record.json").read_text().splitlines()
+    assert len(records) == report["trials_done"]
+    assert len((work_dir / "database_workload.json").read_text().splitlines()) == 3
+
+
+def test_database_is_reused_by_plain_tvm(mlp_run):
+    proc, work_dir = mlp_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
+                           str(EXAMPLES / "mlp.onnx"), str(work_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert tool.returncode == 0, tool.stdout + tool.stderr
+    assert "tuned functions applied: 3/3" in tool.stdout
+    assert "outputs match: True" in tool.stdout
+    # The tool must stand on TVM alone.
+    assert "harl" not in (ROOT / "tools" / "build_with_tvm.py").read_text().split('"""')[2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.onnx"], "model file not found"),
+    ([EXAMPLES / "mlp.onnx", "--trials", "0"], "--trials must be a positive number"),
+    ([EXAMPLES / "mlp.onnx", "--target", "bogus"], "unknown target"),
+    ([EXAMPLES / "mlp.onnx", "--input-shape", "input:1,x"], "malformed --input-shape"),
+])
+def test_bad_input_is_one_line_exit_2(args, message):
+    proc = harl_tune(*args, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_unwritable_work_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = harl_tune(EXAMPLES / "mlp.onnx", "--work-dir", blocker / "sub", timeout=120)
+    assert proc.returncode == 2 and "cannot write to work dir" in proc.stderr

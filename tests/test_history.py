@@ -1,0 +1,42 @@
+"""Per-trial bookkeeping: failures score infinity, the estimate, history.csv rows."""
+
+import csv
+import math
+
+from tvm.s_tir.meta_schedule.builder import BuilderResult
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from harl.report.history import TaskStats, TrialRecorder, end_to_end_estimate_s, trial_latency_s
+
+
+def ok(*secs):
+    return BuilderResult("artifact.tar", None), RunnerResult(list(secs), None)
+
+
+def test_trial_latency_of_success_and_failures():
+    assert math.isclose(trial_latency_s(*ok(1e-3, 3e-3))[0], 2e-3)
+    latency, error = trial_latency_s(BuilderResult(None, "boom\ntrace"), None)
+    assert latency == math.inf and error == "boom"
+    latency, error = trial_latency_s(BuilderResult("a.tar", None), RunnerResult(None, "crash"))
+    assert latency == math.inf and error == "crash"
+
+
+def test_estimate_weights_measured_tasks_only():
+    stats = [TaskStats("a", 2.0, 1.0, best_s=1e-3), TaskStats("b", 1.0, 1.0)]
+    assert math.isclose(end_to_end_estimate_s(stats), 2e-3)
+    assert end_to_end_estimate_s([TaskStats("c", 1.0, 1.0)]) is None
+
+
+def test_recorder_writes_every_trial_at_once(tmp_path):
+    stats = [TaskStats("a", 1.0, 10.0), TaskStats("b", 3.0, 10.0)]
+    recorder = TrialRecorder(stats, tmp_path / "history.csv")
+    failed = (BuilderResult(None, "bad"), RunnerResult(None, "build failed"))
+    builds, runs = zip(ok(2e-3), failed, ok(1e-3), strict=True)
+    recorder.record(1, list(builds), list(runs))
+    # Rows are on disk before close(): a crash keeps them.
+    rows = list(csv.DictReader((tmp_path / "history.csv").open()))
+    assert [r["latency_ms"] for r in rows] == ["2", "", "1"]
+    assert rows[1]["error"] == "bad"
+    assert rows[-1]["best_task_ms"] == "1" and rows[-1]["e2e_estimate_ms"] == "3"
+    assert stats[1].trials == 3 and stats[1].failures == 1 and stats[0].trials == 0
+    recorder.close()

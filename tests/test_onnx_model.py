@@ -1,0 +1,67 @@
+"""Loading, checking and shaping ONNX models."""
+
+import numpy as np
+import pytest
+
+from harl.errors import HarlError
+from harl.frontend.onnx_model import import_to_relax, load_onnx, parse_input_shape
+
+
+def test_parse_input_shape():
+    assert parse_input_shape("input:1,3,224,224") == ("input", (1, 3, 224, 224))
+    assert parse_input_shape(" x:7 ") == ("x", (7,))
+
+
+@pytest.mark.parametrize("text", ["input", "input:", "input:1,,2", "input:1,a", ":1,2",
+                                  "input:0,3", "input:-1,3"])
+def test_parse_input_shape_rejects_malformed(text):
+    with pytest.raises(HarlError, match="--input-shape"):
+        parse_input_shape(text)
+
+
+def test_static_model_loads(tiny_matmul):
+    model = load_onnx(tiny_matmul)
+    assert [(s.name, s.shape, s.dtype) for s in model.inputs] == [("x", (1, 16), "float32")]
+    assert model.output_names == ("y",)
+    first, second = model.random_inputs(3), model.random_inputs(3)
+    np.testing.assert_array_equal(first["x"], second["x"])
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(HarlError, match="not found"):
+        load_onnx(tmp_path / "nope.onnx")
+
+
+def test_not_onnx(tmp_path):
+    path = tmp_path / "text.onnx"
+    path.write_text("this is not a protobuf\n" * 20)
+    with pytest.raises(HarlError, match="not a readable ONNX model"):
+        load_onnx(path)
+
+
+def test_truncated_onnx(tiny_matmul, tmp_path):
+    data = tiny_matmul.read_bytes()
+    path = tmp_path / "truncated.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(HarlError, match="ONNX model"):
+        load_onnx(path)
+
+
+def test_symbolic_dims_need_input_shape(symbolic_model):
+    with pytest.raises(HarlError, match=r"--input-shape x:1,4"):
+        load_onnx(symbolic_model)
+    model = load_onnx(symbolic_model, {"x": (3, 4)})
+    assert model.inputs[0].shape == (3, 4)
+
+
+def test_input_shape_for_unknown_input_or_wrong_rank(symbolic_model):
+    with pytest.raises(HarlError, match="unknown input"):
+        load_onnx(symbolic_model, {"y": (1, 4)})
+    with pytest.raises(HarlError, match="has 3 dims"):
+        load_onnx(symbolic_model, {"x": (1, 2, 4)})
+
+
+def test_unsupported_operator_is_named(unsupported_op_model):
+    model = load_onnx(unsupported_op_model)
+    with pytest.raises(HarlError, match="Celu"):
+        import_to_relax(model)

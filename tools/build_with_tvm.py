@@ -1,0 +1,100 @@
+"""Compile an ONNX model with a harl work dir's database using plain TVM (no harl import).
+
+    python tools/build_with_tvm.py MODEL.onnx WORK_DIR
+
+Shows that harl's tuning logs are ordinary MetaSchedule databases: it counts the model's fused
+functions that the database schedules, runs the build on random inputs and compares it with
+onnxruntime. Exits 1 if no tuned function was applied or the outputs disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime
+import tvm
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+from tvm.s_tir import meta_schedule as ms
+
+
+def load_database(work_dir: Path):
+    return ms.database.JSONDatabase(
+        path_workload=str(work_dir / "database_workload.json"),
+        path_tuning_record=str(work_dir / "database_tuning_record.json"),
+        allow_missing=False,
+    )
+
+
+def count_applied(mod, target, database) -> tuple[int, int]:
+    """(functions scheduled by the database, tunable functions) after TVM's own fusion."""
+    fuse = tvm.transform.Sequential([
+        *relax.pipeline.library_dispatch_passes(target),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ])
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        applied = relax.transform.MetaScheduleApplyDatabase()(fuse(mod))
+    funcs = [f for f in applied.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    scheduled = sum(bool(f.attrs and f.attrs.get("tirx.is_scheduled", False)) for f in funcs)
+    return scheduled, len(funcs)
+
+
+def random_inputs(model) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    weights = {init.name for init in model.graph.initializer}
+    inputs = {}
+    for inp in model.graph.input:
+        if inp.name in weights:
+            continue
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+        inputs[inp.name] = rng.standard_normal(shape).astype(dtype)
+    return inputs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("work_dir", type=Path)
+    parser.add_argument("--rtol", type=float, default=1e-3)
+    parser.add_argument("--atol", type=float, default=1e-4)
+    args = parser.parse_args()
+
+    model = onnx.load(str(args.model))
+    database = load_database(args.work_dir)
+    records = database.get_all_tuning_records()
+    if not records:
+        print(f"no tuning records in {args.work_dir}", file=sys.stderr)
+        return 1
+    target = records[0].target  # the target the schedules were tuned for
+    mod = from_onnx(model, keep_params_in_input=False)
+    scheduled, total = count_applied(mod, target, database)
+    print(f"tuned functions applied: {scheduled}/{total}")
+
+    executable = ms.relax_integration.compile_relax(database, mod, target, params=None)
+    device = tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, device)
+    inputs = random_inputs(model)
+    result = vm["main"](*[tvm.runtime.tensor(v, device) for v in inputs.values()])
+    outputs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
+    actual = [out.numpy() for out in outputs]
+    session = onnxruntime.InferenceSession(model.SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+    expected = session.run(None, inputs)
+    max_err = max(float(np.abs(a - e).max()) for a, e in zip(actual, expected, strict=True))
+    matches = all(np.allclose(a, e, rtol=args.rtol, atol=args.atol)
+                  for a, e in zip(actual, expected, strict=True))
+    print(f"max abs error vs onnxruntime: {max_err:.3g}; outputs match: {matches}")
+    return 0 if scheduled > 0 and matches else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
