@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STRATEGIES = ("harl", "metaschedule")
-
 
 def doc(text: str, **kwargs):
     """A dataclass field carrying its own help text."""

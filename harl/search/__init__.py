@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from harl.errors import HarlError
 
+STRATEGIES = ("harl", "metaschedule")
+
 
 @dataclass
 class SearchPlan:
@@ -24,4 +26,8 @@ def make_plan(name: str, seed: int, num_cores: int) -> SearchPlan:
         from harl.search.metaschedule import metaschedule_plan
 
         return metaschedule_plan(seed=seed, num_cores=num_cores)
-    raise HarlError(f"unknown strategy {name!r}; choose from: metaschedule")
+    if name == "harl":
+        from harl.search.harl import harl_plan
+
+        return harl_plan(seed=seed, num_cores=num_cores)
+    raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

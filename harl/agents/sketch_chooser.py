@@ -1,0 +1,67 @@
+"""Middle level: spread a task's batch across its design-space sketches.
+
+A bandit over sketches. Every sketch first gets `min_trials` candidates (never starved before it
+has been tried); then slots go by softmax over each sketch's value: how close its best measured
+latency is to the task's best, plus an exploration bonus that decays with its trials.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SketchConfig:
+    """Hyperparameters of the sketch chooser."""
+
+    min_trials: int = 2
+    """candidates each sketch gets before it is judged"""
+    temperature: float = 0.15
+    """softmax temperature over sketch values (lower: greedier)"""
+    exploration: float = 0.5
+    """bonus scale for rarely measured sketches (/ sqrt(trials))"""
+
+
+class SketchChooser:
+    """Learns which sketches of one task deserve the measurements."""
+
+    def __init__(self, n_sketches: int, config: SketchConfig, seed: int = 0) -> None:
+        self.config = config
+        self.trials = np.zeros(n_sketches, dtype=int)
+        self.best_s = np.full(n_sketches, math.inf)
+        self.failures = np.zeros(n_sketches, dtype=int)
+        self.rng = np.random.default_rng(seed)
+
+    def values(self) -> np.ndarray:
+        """Each sketch's score in [0, 1] plus its exploration bonus."""
+        best = self.best_s.min()
+        quality = np.where(np.isfinite(self.best_s), best / self.best_s, 0.0) if math.isfinite(
+            best) else np.zeros_like(self.best_s)
+        bonus = self.config.exploration / np.sqrt(np.maximum(self.trials, 1))
+        return quality + bonus
+
+    def allocate(self, n: int) -> np.ndarray:
+        """How many of the next `n` candidates each sketch gets."""
+        counts = np.zeros(len(self.trials), dtype=int)
+        for i in np.argsort(self.trials, kind="stable"):  # untried sketches first
+            need = max(0, self.config.min_trials - self.trials[i])
+            take = min(need, n - counts.sum())
+            counts[i] += take
+        remaining = n - counts.sum()
+        if remaining > 0:
+            logits = self.values() / self.config.temperature
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            counts += self.rng.multinomial(remaining, probs)
+        return counts
+
+    def update(self, sketch: int, latency_s: float) -> None:
+        """One measured candidate of `sketch` (inf when it failed)."""
+        self.trials[sketch] += 1
+        if math.isfinite(latency_s):
+            self.best_s[sketch] = min(self.best_s[sketch], latency_s)
+        else:
+            self.failures[sketch] += 1

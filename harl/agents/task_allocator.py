@@ -1,0 +1,97 @@
+"""Top level: spend the trial budget where it buys the most end-to-end latency.
+
+A non-stationary bandit over tasks. Each task's value is the learned gain per trial: an
+exponentially weighted average of the observed reward (the drop of the weighted end-to-end
+latency estimate per trial spent, relative to the estimate), plus an optimism bonus that shrinks
+with the trials a task has had and grows with its share of the end-to-end latency (its headroom).
+Every task is visited once before learning starts, so none is starved.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    """Hyperparameters of the task allocator."""
+
+    reward_decay: float = 0.5
+    """weight of the newest reward in a task's running gain estimate"""
+    exploration: float = 0.3
+    """scale of the optimism bonus (headroom share / sqrt(batches))"""
+    min_share: float = 1e-3
+    """tasks whose latency share is below this get no bonus (nothing left to buy)"""
+
+
+@dataclass
+class TaskState:
+    """What the allocator knows of one task."""
+
+    weight: float
+    flop: float
+    batches: int = 0
+    trials: int = 0
+    best_s: float = math.inf
+    gain: float = 0.0  # learned end-to-end gain per trial (relative)
+    finished: bool = False
+
+
+class TaskAllocator:
+    """Chooses the next task; learns from the end-to-end improvement each batch bought."""
+
+    def __init__(self, weights: list[float], flops: list[float], config: AllocatorConfig,
+                 seed: int = 0) -> None:
+        self.config = config
+        self.tasks = [TaskState(w, f) for w, f in zip(weights, flops, strict=True)]
+        self.rng = np.random.default_rng(seed)
+        self.last_values: list[float] = []
+
+    def end_to_end_s(self) -> float:
+        """Weighted sum of best latencies over measured tasks."""
+        return sum(t.weight * t.best_s for t in self.tasks if math.isfinite(t.best_s))
+
+    def select(self) -> int | None:
+        """The task to tune next, or None when every task is finished."""
+        open_tasks = [i for i, t in enumerate(self.tasks) if not t.finished]
+        if not open_tasks:
+            return None
+        unvisited = [i for i in open_tasks if self.tasks[i].batches == 0]
+        if unvisited:  # largest expected work first
+            return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
+        total = self.end_to_end_s()
+        values = []
+        for i in open_tasks:
+            task = self.tasks[i]
+            share = task.weight * task.best_s / total if total > 0 and math.isfinite(
+                task.best_s) else 1.0
+            bonus = 0.0
+            if share >= self.config.min_share:
+                bonus = self.config.exploration * share / math.sqrt(task.batches)
+            values.append(task.gain + bonus)
+        self.last_values = values
+        best = max(values)
+        ties = [i for i, v in zip(open_tasks, values, strict=True) if v >= best - 1e-12]
+        return int(self.rng.choice(ties))
+
+    def update(self, task_id: int, trials: int, best_s: float) -> float:
+        """Record a finished batch of `trials` whose task best is now `best_s`; returns reward."""
+        task = self.tasks[task_id]
+        before = self.end_to_end_s()
+        previous_best = task.best_s
+        task.best_s = min(task.best_s, best_s)
+        task.trials += trials
+        task.batches += 1
+        if not math.isfinite(previous_best) or before <= 0 or trials <= 0:
+            return 0.0
+        reward = task.weight * (previous_best - task.best_s) / before / trials
+        decay = self.config.reward_decay
+        task.gain = (1 - decay) * task.gain + decay * reward
+        return reward
+
+    def finish(self, task_id: int) -> None:
+        """The task can yield no more candidates."""
+        self.tasks[task_id].finished = True
