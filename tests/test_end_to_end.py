@@ -60,6 +60,15 @@ def test_database_is_reused_by_plain_tvm(mlp_run):
     assert "harl" not in (ROOT / "tools" / "build_with_tvm.py").read_text().split('"""')[2]
 
 
+def test_harl_strategy_end_to_end(tmp_path):
+    proc = harl_tune(EXAMPLES / "mlp.onnx", "--strategy", "harl", "--trials", 6,
+                     "--trials-per-batch", 2, "--work-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["strategy"] == "harl" and report["verified"] is True
+    assert report["trials_done"] >= 6 and all(t["trials"] > 0 for t in report["tasks"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["missing.onnx"], "model file not found"),
     ([EXAMPLES / "mlp.onnx", "--trials", "0"], "--trials must be a positive number"),

@@ -3,8 +3,11 @@
 A non-stationary bandit over tasks. Each task's value is the learned gain per trial: an
 exponentially weighted average of the observed reward (the drop of the weighted end-to-end
 latency estimate per trial spent, relative to the estimate), plus an optimism bonus that shrinks
-with the trials a task has had and grows with its share of the end-to-end latency (its headroom).
-Every task is visited once before learning starts, so none is starved.
+with the batches a task has had and grows with its share of the end-to-end latency (its headroom).
+The bonus is in units of the largest gain learned so far, so exploration never swamps what the
+rewards have taught.
+Every task is visited once before learning starts, and a task whose gain has not been observed
+yet counts as good as the best, so none is starved.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ class AllocatorConfig:
     reward_decay: float = 0.5
     """weight of the newest reward in a task's running gain estimate"""
     exploration: float = 0.3
-    """scale of the optimism bonus (headroom share / sqrt(batches))"""
+    """optimism bonus: this times the largest learned gain times share / sqrt(batches)"""
     min_share: float = 1e-3
     """tasks whose latency share is below this get no bonus (nothing left to buy)"""
 
@@ -36,7 +39,7 @@ class TaskState:
     batches: int = 0
     trials: int = 0
     best_s: float = math.inf
-    gain: float = 0.0  # learned end-to-end gain per trial (relative)
+    gain: float | None = None  # learned end-to-end gain per trial (relative); None: unobserved
     finished: bool = False
 
 
@@ -63,6 +66,7 @@ class TaskAllocator:
         if unvisited:  # largest expected work first
             return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
         total = self.end_to_end_s()
+        gain_scale = max([t.gain for t in self.tasks if t.gain is not None] + [1e-12])
         values = []
         for i in open_tasks:
             task = self.tasks[i]
@@ -70,8 +74,9 @@ class TaskAllocator:
                 task.best_s) else 1.0
             bonus = 0.0
             if share >= self.config.min_share:
-                bonus = self.config.exploration * share / math.sqrt(task.batches)
-            values.append(task.gain + bonus)
+                bonus = self.config.exploration * gain_scale * share / math.sqrt(task.batches)
+            gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
+            values.append(gain + bonus)
         self.last_values = values
         best = max(values)
         ties = [i for i, v in zip(open_tasks, values, strict=True) if v >= best - 1e-12]
@@ -89,7 +94,7 @@ class TaskAllocator:
             return 0.0
         reward = task.weight * (previous_best - task.best_s) / before / trials
         decay = self.config.reward_decay
-        task.gain = (1 - decay) * task.gain + decay * reward
+        task.gain = reward if task.gain is None else (1 - decay) * task.gain + decay * reward
         return reward
 
     def finish(self, task_id: int) -> None:

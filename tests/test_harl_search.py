@@ -1,0 +1,67 @@
+"""harl's search strategy and task scheduler on real TVM tasks, with a fake runner."""
+
+import math
+
+import numpy as np
+import tvm_ffi
+from test_builder import matmul_module
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy, tunable_insts
+from harl.target import parse_target
+from harl.tvm_env import load_tensor_intrinsics
+
+
+def tile_products(trace):
+    return [int(np.prod([int(v) for v in trace.decisions[inst]]))
+            for inst in tunable_insts(trace) if inst.kind.name == "SamplePerfectTile"]
+
+
+def make_strategy(n=64):
+    """A strategy bound to a matmul task, and that task's design spaces."""
+    target = parse_target(None)
+    load_tensor_intrinsics(target)
+    context = ms.TuneContext(mod=matmul_module(n), target=target,
+                             space_generator="post-order-apply", task_name="matmul",
+                             num_threads=1).clone()
+    strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1)
+    strategy._initialize_with_tune_context(context)
+    return strategy, context.generate_design_space()
+
+
+def fake_latency(sch) -> float:
+    """A deterministic stand-in latency: favours a large innermost tile."""
+    inner = [int(sch.trace.decisions[i][-1]) for i in tunable_insts(sch.trace)
+             if i.kind.name == "SamplePerfectTile"]
+    return 1e-3 / (1 + sum(inner))
+
+
+def test_candidates_are_legal_distinct_and_within_budget():
+    strategy, spaces = make_strategy()
+    expected_products = [tile_products(s.trace) for s in spaces]
+    strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
+    seen, batches = set(), 0
+    while (candidates := strategy.generate_measure_candidates()) is not None:
+        batches += 1
+        assert len(candidates) <= 4
+        for candidate in candidates:
+            assert tile_products(candidate.sch.trace) in expected_products
+            key = tvm_ffi.structural_hash(candidate.sch.mod)
+            assert key not in seen
+            seen.add(key)
+        results = [RunnerResult([fake_latency(c.sch)], None) for c in candidates]
+        results[0] = RunnerResult(None, "crashed")  # a failure is data, not a crash
+        strategy.notify_runner_results(candidates, results)
+    assert len(seen) == 12 and batches == 3
+    strategy.post_tuning()
+
+
+def test_elites_keep_the_best_measured_states():
+    strategy, spaces = make_strategy(32)
+    strategy.pre_tuning(8, 8, spaces, None, ms.cost_model.RandomModel())
+    candidates = strategy.generate_measure_candidates()
+    latencies = [fake_latency(c.sch) for c in candidates]
+    strategy.notify_runner_results(candidates, [RunnerResult([x], None) for x in latencies])
+    elite_best = min(lat for sketch in strategy.sketches for lat, _ in sketch.elites)
+    assert math.isclose(elite_best, min(latencies))

@@ -1,0 +1,100 @@
+"""The tile tuner on a synthetic tile landscape: legal moves, and better than random sampling."""
+
+import math
+
+import numpy as np
+
+from harl.agents.tile_tuner import Site, TileTuner, TileTunerConfig, is_legal, propose
+
+SITES = [Site("tile", 4, 16), Site("tile", 4, 16), Site("categorical", 4)]
+EXTENTS = [256, 512, None]
+OPTIMUM = ((4, 8, 2, 4), (8, 4, 1, 16), 2)
+
+
+def random_state(rng):
+    state = []
+    for site, extent in zip(SITES, EXTENTS, strict=True):
+        if site.kind == "categorical":
+            state.append(int(rng.integers(site.size)))
+            continue
+        while True:  # rejection-sample a legal factorisation
+            factors = [1] * site.size
+            for prime in [2] * int(math.log2(extent)):
+                factors[int(rng.integers(site.size))] *= prime
+            if is_legal(site, tuple(factors), extent):
+                state.append(tuple(factors))
+                break
+    return tuple(state)
+
+
+def landscape(state) -> float:
+    """Higher is better; the unique maximum 0 is at OPTIMUM."""
+    loss = 0.0
+    for got, want in zip(state[:2], OPTIMUM[:2], strict=True):
+        loss += sum((math.log2(g) - math.log2(w)) ** 2 for g, w in zip(got, want, strict=True))
+    return -(loss + (state[2] != OPTIMUM[2]))
+
+
+def test_every_proposed_move_is_legal():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        state = random_state(rng)
+        for site, decision, extent in zip(SITES, state, EXTENTS, strict=True):
+            moved = propose(site, decision, rng)
+            if moved is not None:
+                assert is_legal(site, moved, extent) and moved != decision
+
+
+def evaluations_to_optimum(search, budget=6000):
+    """Count landscape evaluations until OPTIMUM is among them (budget if never)."""
+    count = 0
+    seen = set()
+
+    def score(states):
+        nonlocal count
+        out = []
+        for state in states:
+            if state not in seen:
+                seen.add(state)
+                count += 1
+            out.append(landscape(state))
+        return np.array(out)
+
+    search(score)
+    return count if OPTIMUM in seen else budget
+
+
+def test_tuner_finds_the_optimum_in_fewer_evaluations_than_random():
+    tuner_counts, random_counts = [], []
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        tuner = TileTuner(SITES, TileTunerConfig(trajectory_length=60), seed=seed)
+
+        def tuner_search(score, tuner=tuner, rng=rng):
+            starts = [random_state(rng) for _ in range(4)]
+            for _ in range(10):
+                visited = tuner.search(starts, score)
+                if OPTIMUM in visited:
+                    return
+                starts = sorted(visited, key=visited.get)[-4:]
+
+        def random_search(score, rng=rng):
+            for _ in range(60):
+                batch = [random_state(rng) for _ in range(100)]
+                score(batch)
+                if OPTIMUM in batch:
+                    return
+
+        tuner_counts.append(evaluations_to_optimum(tuner_search))
+        random_counts.append(evaluations_to_optimum(random_search))
+    assert np.median(tuner_counts) < np.median(random_counts) / 2, (tuner_counts, random_counts)
+
+
+def test_exploration_adapts_to_convergence():
+    tuner = TileTuner(SITES, TileTunerConfig(epsilon=0.2, stall_batches=2))
+    tuner.observe_batch(1.0)
+    assert tuner.epsilon < 0.2
+    exploiting = tuner.epsilon
+    for _ in range(4):
+        tuner.observe_batch(1.0)
+    assert tuner.epsilon > exploiting and tuner.trajectory_length > 5
