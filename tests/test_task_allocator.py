@@ -48,9 +48,13 @@ def test_finished_tasks_are_never_chosen_and_none_when_all_done():
 
 
 def test_reward_is_relative_end_to_end_gain_per_trial():
-    allocator = TaskAllocator([2.0, 1.0], [1.0, 1.0], AllocatorConfig(reward_decay=1.0))
+    allocator = TaskAllocator([2.0, 1.0], [1.0, 1.0], AllocatorConfig(reward_decay=0.5))
     allocator.update(0, 4, 1.0)
     allocator.update(1, 4, 2.0)
     # e2e before = 2*1 + 1*2 = 4; task 0 drops to 0.5: gain 2*0.5 = 1 over 4 trials -> 1/4/4
     assert np.isclose(allocator.update(0, 4, 0.5), 1.0 / 4.0 / 4.0)
-    assert np.isclose(allocator.tasks[0].gain, 1.0 / 16.0)
+    first_gain = allocator.tasks[0].gain
+    assert np.isclose(first_gain, 0.5 * 1e-12 + 0.5 / 16.0)
+    # A batch that buys nothing halves the gain instead of zeroing it.
+    assert allocator.update(1, 4, 2.0) == 0.0
+    assert np.isclose(allocator.tasks[1].gain, 0.5 * first_gain)

@@ -57,6 +57,10 @@ class TaskAllocator:
         """Weighted sum of best latencies over measured tasks."""
         return sum(t.weight * t.best_s for t in self.tasks if math.isfinite(t.best_s))
 
+    def _gain_scale(self) -> float:
+        """The largest gain learned so far (a tiny positive number before any)."""
+        return max([t.gain for t in self.tasks if t.gain is not None] + [1e-12])
+
     def select(self) -> int | None:
         """The task to tune next, or None when every task is finished."""
         open_tasks = [i for i, t in enumerate(self.tasks) if not t.finished]
@@ -66,7 +70,7 @@ class TaskAllocator:
         if unvisited:  # largest expected work first
             return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
         total = self.end_to_end_s()
-        gain_scale = max([t.gain for t in self.tasks if t.gain is not None] + [1e-12])
+        gain_scale = self._gain_scale()
         values = []
         for i in open_tasks:
             task = self.tasks[i]
@@ -94,7 +98,8 @@ class TaskAllocator:
             return 0.0
         reward = task.weight * (previous_best - task.best_s) / before / trials
         decay = self.config.reward_decay
-        task.gain = reward if task.gain is None else (1 - decay) * task.gain + decay * reward
+        prior = task.gain if task.gain is not None else self._gain_scale()  # optimistic start
+        task.gain = (1 - decay) * prior + decay * reward
         return reward
 
     def finish(self, task_id: int) -> None:
