@@ -7,10 +7,20 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import tvm
 from onnx import TensorProto, helper, numpy_helper
+from tvm import te
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "tasks" / "examples"
+
+
+def matmul_module(n: int = 32):
+    a = te.placeholder((n, n), name="A")
+    b = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
 def save_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:

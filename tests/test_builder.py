@@ -3,19 +3,11 @@
 import os
 
 import tvm
-from tvm import te
+from conftest import matmul_module
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from harl.measure.builder import PersistentBuilder
 from harl.target import parse_target
-
-
-def matmul_module(n: int = 32):
-    a = te.placeholder((n, n), name="A")
-    b = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
 def test_builds_loadable_artifacts_and_reuses_workers():

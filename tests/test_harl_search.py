@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import tvm_ffi
-from test_builder import matmul_module
+from conftest import matmul_module
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
