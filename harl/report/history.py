@@ -34,11 +34,17 @@ class TaskStats:
 
 
 def trial_latency_s(builder_result, runner_result) -> tuple[float, str]:
-    """Mean measured seconds of one trial, or (inf, error message) when it failed."""
-    error = builder_result.error_msg or (runner_result.error_msg if runner_result else None)
-    if error:
-        return math.inf, str(error).strip().splitlines()[0][:200]
-    secs = [float(s) for s in runner_result.run_secs]
+    """Mean measured seconds of one trial, or (inf, error message) when it failed.
+
+    `builder_result` may be None where only the runner's result is known (search strategies).
+    """
+    if builder_result is not None and builder_result.error_msg:
+        return math.inf, str(builder_result.error_msg).strip().splitlines()[0][:200]
+    if runner_result is None:
+        return math.inf, "not run"
+    if runner_result.error_msg:
+        return math.inf, str(runner_result.error_msg).strip().splitlines()[0][:200]
+    secs = [float(s) for s in (runner_result.run_secs or [])]
     if not secs:
         return math.inf, "no timing returned"
     return sum(secs) / len(secs), ""

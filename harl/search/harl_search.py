@@ -15,6 +15,7 @@ from tvm.s_tir.schedule import Trace
 
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_tuner import Site, State, TileTuner, TileTunerConfig
+from harl.report.history import trial_latency_s
 
 TUNABLE_KINDS = {"SamplePerfectTile": "tile", "SampleCategorical": "categorical"}
 
@@ -182,8 +183,7 @@ class HarlSearchStrategy(PySearchStrategy):
     def notify_runner_results(self, measure_candidates, results) -> None:
         best_per_sketch: dict[int, float] = {}
         for (sketch_id, state), result in zip(self.pending, results, strict=True):
-            secs = [float(s) for s in (result.run_secs or [])]
-            latency = sum(secs) / len(secs) if secs and not result.error_msg else math.inf
+            latency, _ = trial_latency_s(None, result)
             self.chooser.update(sketch_id, latency)
             sketch = self.sketches[sketch_id]
             if math.isfinite(latency):
