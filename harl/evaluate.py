@@ -102,6 +102,16 @@ class OnnxRuntimeModel:
         return statistics.median(samples)
 
 
+def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,
+                             repeats_per_round: int) -> dict[str, list[float]]:
+    """Time every runner once per round, round-robin, so that machine drift hits all alike."""
+    samples: dict[str, list[float]] = {key: [] for key in runners}
+    for _ in range(rounds):
+        for key, runner in runners.items():
+            samples[key].append(runner.median_latency_ms(inputs, repeats_per_round))
+    return samples
+
+
 def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str],
                   rtol: float, atol: float) -> OutputCheck:
     """Elementwise |a - e| <= atol + rtol * |e| on every output."""

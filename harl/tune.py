@@ -11,7 +11,13 @@ from pathlib import Path
 
 from harl.config import TuneConfig
 from harl.errors import HarlError, VerificationError
-from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.evaluate import (
+    CompiledModel,
+    OnnxRuntimeModel,
+    check_outputs,
+    compile_model,
+    interleaved_latencies_ms,
+)
 from harl.frontend.onnx_model import OnnxModel, import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopSettings, default_batch_size, tune_tasks
@@ -108,14 +114,10 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
     report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
 
-    # Interleave the three so that machine drift hits all alike.
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
-    samples: dict[str, list[float]] = {key: [] for key in runners}
     rounds = 4
-    per_round = max(1, config.verify.latency_repeats // rounds)
-    for _ in range(rounds):
-        for key, runner in runners.items():
-            samples[key].append(runner.median_latency_ms(inputs, per_round))
+    samples = interleaved_latencies_ms(runners, inputs, rounds,
+                                       max(1, config.verify.latency_repeats // rounds))
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
 
 

@@ -12,7 +12,13 @@ import argparse
 import statistics
 from pathlib import Path
 
-from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.evaluate import (
+    CompiledModel,
+    OnnxRuntimeModel,
+    check_outputs,
+    compile_model,
+    interleaved_latencies_ms,
+)
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.loop import open_database
 from harl.target import local_cpu_count
@@ -44,10 +50,7 @@ def main() -> None:
         runners[str(work_dir)] = built
     runners["untuned TVM"] = CompiledModel(compile_model(relax_mod, target), target, names)
 
-    samples: dict[str, list[float]] = {key: [] for key in runners}
-    for _ in range(args.rounds):
-        for key, runner in runners.items():
-            samples[key].append(runner.median_latency_ms(inputs, 5))
+    samples = interleaved_latencies_ms(runners, inputs, args.rounds, 5)
     baseline = statistics.median(samples[str(args.work_dirs[0])])
     print(f"{'build':<40} {'median ms':>10} {'vs first work dir':>18}")
     for key, values in samples.items():

@@ -51,7 +51,6 @@ class TaskAllocator:
         self.config = config
         self.tasks = [TaskState(w, f) for w, f in zip(weights, flops, strict=True)]
         self.rng = np.random.default_rng(seed)
-        self.last_values: list[float] = []
 
     def end_to_end_s(self) -> float:
         """Weighted sum of best latencies over measured tasks."""
@@ -81,7 +80,6 @@ class TaskAllocator:
                 bonus = self.config.exploration * gain_scale * share / math.sqrt(task.batches)
             gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
             values.append(gain + bonus)
-        self.last_values = values
         best = max(values)
         ties = [i for i, v in zip(open_tasks, values, strict=True) if v >= best - 1e-12]
         return int(self.rng.choice(ties))

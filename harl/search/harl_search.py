@@ -54,10 +54,9 @@ def state_of(trace) -> State:
 
 @dataclass
 class Sketch:
-    """One design space: its trace, tunable sites, tuner and best measured states."""
+    """One design space: its trace, the tuner of its decisions, and its best measured states."""
 
     trace: object
-    sites: list[Site]
     tuner: TileTuner
     elites: list[tuple[float, State]] = field(default_factory=list)
 
@@ -89,7 +88,7 @@ class HarlSearchStrategy(PySearchStrategy):
             trace = space.trace.simplified(remove_postproc=True)
             sites = [site_of(inst) for inst in tunable_insts(trace)]
             tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index)
-            self.sketches.append(Sketch(trace, sites, tuner))
+            self.sketches.append(Sketch(trace, tuner))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
 
     def post_tuning(self) -> None:
