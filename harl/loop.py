@@ -81,6 +81,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress)
     builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
                                 timeout_s=measure.build_timeout_s)
+    if plan.on_start is not None:
+        plan.on_start(work_dir)
     try:
         plan.task_scheduler.tune(
             tasks=contexts,
@@ -90,11 +92,14 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             num_trials_per_iter=settings.trials_per_batch,
             builder=builder,
             runner=local_runner(measure),
-            measure_callbacks=[*ms.MeasureCallback.create("default"), recorder],
+            measure_callbacks=[*ms.MeasureCallback.create("default"), recorder,
+                               *plan.measure_callbacks],
             database=database,
             cost_model=plan.cost_model,
         )
     finally:
         recorder.close()
         builder.shutdown()
+        if plan.on_finish is not None:
+            plan.on_finish(work_dir)
     return database, stats

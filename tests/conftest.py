@@ -23,6 +23,19 @@ def matmul_module(n: int = 32):
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+def conv2d_module(size: int = 8, channels: int = 4):
+    """A padded 3x3 conv2d: its pad block gets a sampled compute location."""
+    data = te.placeholder((1, channels, size, size), name="data")
+    weight = te.placeholder((channels, channels, 3, 3), name="weight")
+    pad = te.compute((1, channels, size + 2, size + 2), lambda n, c, h, w: te.if_then_else(
+        te.all(h >= 1, h <= size, w >= 1, w <= size), data[n, c, h - 1, w - 1], 0.0), name="pad")
+    rc, rh, rw = (te.reduce_axis((0, e), name=x) for e, x in ((channels, "rc"), (3, "rh"),
+                                                              (3, "rw")))
+    out = te.compute((1, channels, size, size), lambda n, f, h, w: te.sum(
+        pad[n, rc, h + rh, w + rw] * weight[f, rc, rh, rw], axis=[rc, rh, rw]), name="conv")
+    return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
+
+
 def save_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -67,6 +67,12 @@ def test_harl_strategy_end_to_end(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["strategy"] == "harl" and report["verified"] is True
     assert report["trials_done"] >= 6 and all(t["trials"] > 0 for t in report["tasks"])
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    keys = {key.split("/")[0] for line in lines for key in line if "/" in key}
+    assert {"alloc", "sketch", "tile"} <= keys
+    allocator = json.loads((tmp_path / "agents" / "task_allocator.json").read_text())
+    assert sum(task["trials"] for task in allocator) == report["trials_done"]
+    assert (tmp_path / "agents" / "tile_policy.npz").stat().st_size > 0
 
 
 @pytest.mark.parametrize("args, message", [

@@ -65,3 +65,13 @@ def test_elites_keep_the_best_measured_states():
     strategy.notify_runner_results(candidates, [RunnerResult([x], None) for x in latencies])
     elite_best = min(lat for sketch in strategy.sketches for lat, _ in sketch.elites)
     assert math.isclose(elite_best, min(latencies))
+
+
+def test_same_seed_same_candidates():
+    batches = []
+    for _ in range(2):
+        strategy, spaces = make_strategy(32)
+        strategy.pre_tuning(6, 6, spaces, None, None)
+        batches.append([tvm_ffi.structural_hash(c.sch.mod)
+                        for c in strategy.generate_measure_candidates()])
+    assert batches[0] == batches[1]

@@ -100,6 +100,24 @@ class TaskAllocator:
         task.gain = (1 - decay) * prior + decay * reward
         return reward
 
+    def to_json(self) -> list[dict]:
+        """Every task's state, JSON-safe (an unmeasured best is null)."""
+        return [{**vars(t), "best_s": t.best_s if math.isfinite(t.best_s) else None}
+                for t in self.tasks]
+
+    def load_json(self, tasks: list[dict]) -> bool:
+        """Restore task states saved by `to_json`; False (nothing changed) if tasks differ."""
+        if len(tasks) != len(self.tasks) or any(
+                abs(saved["weight"] - t.weight) > 1e-9 or abs(saved["flop"] - t.flop) > 1e-3
+                for saved, t in zip(tasks, self.tasks, strict=True)):
+            return False
+        for saved, task in zip(tasks, self.tasks, strict=True):
+            best = saved["best_s"]
+            task.batches, task.trials = int(saved["batches"]), int(saved["trials"])
+            task.best_s = math.inf if best is None else float(best)
+            task.gain = saved["gain"]
+        return True
+
     def finish(self, task_id: int) -> None:
         """The task can yield no more candidates."""
         self.tasks[task_id].finished = True

@@ -1,35 +1,47 @@
-"""Low level: act on a sketch's sampling decisions, guided by a cost model.
+"""Low level: act on a sketch's sampling decisions, guided by a cost model and a learned policy.
 
-A state is the tuple of a trace's tunable decisions: tile factors of each SamplePerfectTile
-(their product is the loop extent, the innermost bounded by the instruction's limit) and the
-index of each SampleCategorical (unroll depth and the like). An action moves one prime factor
-between two levels of a tile, or changes one categorical index, so every state stays legal.
+A state is the tuple of a trace's tunable decisions: the factors of each SamplePerfectTile (their
+product is the loop extent, the innermost bounded by the instruction's limit), the index of each
+SampleCategorical (unroll depth), the loop of each SampleComputeLocation and the parallel extent
+the sketch annotates. An action changes one decision and keeps the state legal: a prime factor
+moves between two levels of a tile, or a choice site takes another of its known options.
 
-Trajectories start from the best measured states and from fresh samples; each step scores a few
-proposed actions with the cost model and follows the best one, or a random one with probability
-epsilon. Which decision sites to act on is a learned softmax policy, reinforced by the predicted
-improvement its actions bought. Exploration adapts as the task converges: while measurements
-keep improving, epsilon and trajectory length shrink (exploit); when they stall, both grow and
-more fresh samples are measured.
+Trajectories start from the best measured states and from fresh samples. At each step a few moves
+are proposed, the cost model scores the states they lead to, and the actor-critic
+(`tile_policy.TilePolicy`) picks one. Rewards are the predicted improvements, corrected by
+measurements after the batch has run; PPO then updates the policy. Exploration adapts as the task
+converges: while measurements keep improving, epsilon, trajectory length and the share of fresh
+samples shrink (exploit); when they stall, they grow.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from harl.agents.tile_policy import (
+    FEATURE_DIM,
+    SITE_KINDS,
+    Step,
+    TilePolicy,
+    TilePolicyConfig,
+    move_inputs,
+    state_inputs,
+)
+
 Decision = tuple[int, ...] | int
 State = tuple[Decision, ...]
+CHOICE_KINDS = ("compute_location", "parallel")
 
 
 @dataclass(frozen=True)
 class Site:
-    """One tunable sampling decision of a trace."""
+    """One tunable decision of a trace."""
 
-    kind: str  # "tile" or "categorical"
-    size: int  # tile levels, or number of categories
+    kind: str  # one of SITE_KINDS
+    size: int  # tile levels, or number of categories (choice sites: 0, options kept aside)
     max_innermost: int = 0  # tile only: bound on the innermost factor (0: none)
 
 
@@ -38,19 +50,29 @@ class TileTunerConfig:
     """Hyperparameters of the tile tuner."""
 
     proposals_per_step: int = 8
-    """actions scored by the cost model at each step of a trajectory"""
+    """moves proposed (and scored by the cost model) at each step of a trajectory"""
     trajectory_length: int = 6
     """steps per trajectory when the task is neither improving nor stalled"""
     epsilon: float = 0.15
-    """initial probability of following a random action instead of the best-scored one"""
+    """initial probability of a uniformly random move instead of the policy's"""
     epsilon_range: tuple[float, float] = (0.05, 0.5)
-    """bounds within which epsilon adapts"""
+    """bounds within which epsilon and the fresh share adapt"""
     fresh_share: float = 0.25
-    """initial share of a batch measured from fresh random samples (adapts like epsilon)"""
-    policy_lr: float = 0.5
-    """learning rate of the site-preference policy"""
+    """initial share of a batch measured from fresh random samples"""
     stall_batches: int = 2
     """batches without improvement after which exploration grows"""
+    policy: TilePolicyConfig = field(default_factory=TilePolicyConfig)
+
+
+@dataclass
+class Evaluation:
+    """What the cost model says of some states: scores (higher is better) and pooled features."""
+
+    scores: np.ndarray
+    features: np.ndarray | None = None  # (n, FEATURE_DIM), None where unavailable
+
+
+Evaluator = Callable[[list[State]], "Evaluation | np.ndarray"]
 
 
 def _prime_factors(n: int) -> list[int]:
@@ -65,10 +87,13 @@ def _prime_factors(n: int) -> list[int]:
     return factors
 
 
-def is_legal(site: Site, decision: Decision, extent: int | None = None) -> bool:
-    """A tile keeps its product (when known) and innermost bound; a category is in range."""
+def is_legal(site: Site, decision: Decision, extent: int | None = None,
+             options: Sequence[int] = ()) -> bool:
+    """A tile keeps its product (when known) and innermost bound; a choice is a known option."""
     if site.kind == "categorical":
         return isinstance(decision, int) and 0 <= decision < site.size
+    if site.kind in CHOICE_KINDS:
+        return decision in options
     factors = tuple(decision)
     if len(factors) != site.size or any(f < 1 for f in factors):
         return False
@@ -77,13 +102,17 @@ def is_legal(site: Site, decision: Decision, extent: int | None = None) -> bool:
     return not (site.max_innermost > 0 and factors[-1] > site.max_innermost)
 
 
-def propose(site: Site, decision: Decision, rng: np.random.Generator) -> Decision | None:
+def propose(site: Site, decision: Decision, rng: np.random.Generator,
+            options: Sequence[int] = ()) -> Decision | None:
     """A random legal neighbour of `decision`, or None if the site has none."""
     if site.kind == "categorical":
         if site.size < 2:
             return None
         choice = int(rng.integers(site.size - 1))
         return choice if choice < decision else choice + 1
+    if site.kind in CHOICE_KINDS:
+        others = [o for o in options if o != decision]
+        return int(rng.choice(others)) if others else None
     factors = list(decision)
     sources = [i for i, f in enumerate(factors) if f > 1]
     if not sources or len(factors) < 2:
@@ -100,67 +129,112 @@ def propose(site: Site, decision: Decision, rng: np.random.Generator) -> Decisio
     return None
 
 
-class TileTuner:
-    """Cost-model-guided trajectories over decisions, with adaptive exploration."""
+def _evaluate(evaluator: Evaluator, states: list[State]) -> Evaluation:
+    result = evaluator(states)
+    if not isinstance(result, Evaluation):
+        result = Evaluation(np.asarray(result, dtype=float))
+    if result.features is None:
+        result.features = np.zeros((len(states), FEATURE_DIM), dtype=np.float32)
+    return result
 
-    def __init__(self, sites: Sequence[Site], config: TileTunerConfig, seed: int = 0) -> None:
+
+class TileTuner:
+    """Policy-guided trajectories over one sketch's decisions, with adaptive exploration."""
+
+    def __init__(self, sites: Sequence[Site], config: TileTunerConfig, seed: int = 0,
+                 policy: TilePolicy | None = None,
+                 options: Sequence[Sequence[int]] | None = None) -> None:
         self.sites = list(sites)
         self.config = config
         self.rng = np.random.default_rng(seed)
-        self.site_logits = np.zeros(len(self.sites))
+        self.policy = policy if policy is not None else TilePolicy(config.policy, seed)
+        self.options = [list(o) for o in options] if options else [[] for _ in self.sites]
         self.epsilon = config.epsilon
         self.fresh_share = config.fresh_share
         self.trajectory_length = config.trajectory_length
         self.best_measured = np.inf
         self.stalled_batches = 0
+        self.steps: list[Step] = []
+        self.step_of: dict[State, int] = {}  # state reached -> index of the step reaching it
+        self.predicted: dict[State, float] = {}
 
-    def site_probs(self) -> np.ndarray:
-        logits = self.site_logits - self.site_logits.max()
-        probs = np.exp(logits)
-        return probs / probs.sum()
+    def add_options(self, site_index: int, values: Sequence[int]) -> None:
+        """Options of a choice site seen in fresh samples (legal by construction)."""
+        known = self.options[site_index]
+        known.extend(v for v in values if v not in known)
 
     def neighbour(self, state: State) -> tuple[int, State] | None:
-        """Sample a site from the policy and a legal action on it."""
+        """A legal move on a uniformly chosen site."""
         if not self.sites:
             return None
         for _ in range(4):
-            site_index = int(self.rng.choice(len(self.sites), p=self.site_probs()))
-            moved = propose(self.sites[site_index], state[site_index], self.rng)
+            site_index = int(self.rng.integers(len(self.sites)))
+            moved = propose(self.sites[site_index], state[site_index], self.rng,
+                            self.options[site_index])
             if moved is not None:
                 new_state = list(state)
                 new_state[site_index] = moved
                 return site_index, tuple(new_state)
         return None
 
-    def search(self, starts: Sequence[State], score: Callable[[list[State]], np.ndarray]
-               ) -> dict[State, float]:
-        """Run one trajectory from each start; return every visited state with its score."""
+    def search(self, starts: Sequence[State], evaluator: Evaluator,
+               learn: bool = True) -> dict[State, float]:
+        """One trajectory from each start; every visited state with its score.
+
+        With `learn`, the steps are kept as the policy's rollout (the scores must mean something:
+        not while the cost model is still guessing).
+        """
         visited: dict[State, float] = {}
-        start_scores = score(list(starts)) if starts else np.array([])
-        for state, value in zip(starts, start_scores, strict=True):
-            visited[state] = float(value)
-        for state, value in zip(starts, start_scores, strict=True):
-            current, current_score = state, float(value)
-            for _ in range(self.trajectory_length):
-                moves = [m for m in (self.neighbour(current)
-                                     for _ in range(self.config.proposals_per_step)) if m]
+        if not starts:
+            return visited
+        first = _evaluate(evaluator, list(starts))
+        visited.update(zip(starts, map(float, first.scores), strict=True))
+        for k, state in enumerate(starts):
+            current, score, features = state, float(first.scores[k]), first.features[k]
+            for t in range(self.trajectory_length):
+                moves = list({s: i for i, s in
+                              (m for m in (self.neighbour(current)
+                                           for _ in range(self.config.proposals_per_step)) if m)
+                              }.items())
                 if not moves:
                     break
-                scores = score([s for _, s in moves])
-                for (site_index, new_state), new_score in zip(moves, scores, strict=True):
-                    visited[new_state] = float(new_score)
-                    self._reinforce(site_index, float(new_score) - current_score)
-                pick = (int(self.rng.integers(len(moves))) if self.rng.random() < self.epsilon
-                        else int(np.argmax(scores)))
-                current, current_score = moves[pick][1], float(scores[pick])
+                found = _evaluate(evaluator, [s for s, _ in moves])
+                visited.update(zip((s for s, _ in moves), map(float, found.scores), strict=True))
+                alive = np.isfinite(found.scores)
+                if not alive.any():
+                    break
+                moves = [m for m, ok in zip(moves, alive, strict=True) if ok]
+                next_scores, next_features = found.scores[alive], found.features[alive]
+                changes = next_scores - score
+                progress = t / self.trajectory_length
+                inputs = np.stack([
+                    move_inputs(f, SITE_KINDS.index(self.sites[i].kind), c, progress)
+                    for (_, i), f, c in zip(moves, next_features, changes, strict=True)])
+                state_in = state_inputs(features, progress)
+                action, logprob, value = self.policy.act(inputs, changes, state_in, self.epsilon)
+                current, score, features = (moves[action][0], float(next_scores[action]),
+                                            next_features[action])
+                if learn:
+                    self.steps.append(Step(inputs, changes.astype(np.float32), action, logprob,
+                                           state_in, value, float(changes[action]), last=False))
+                    self.step_of[current] = len(self.steps) - 1
+                    self.predicted[current] = score
+            if learn and self.steps:
+                self.steps[-1].last = True
         return visited
 
-    def _reinforce(self, site_index: int, advantage: float) -> None:
-        """Policy-gradient step on the softmax over sites (advantage = score change)."""
-        probs = self.site_probs()
-        grad = -probs
-        grad[site_index] += 1.0
-        self.site_logits += self.config.policy_lr * float(np.tanh(advantage)) * grad
+    def correct(self, measured_quality: dict[State, float]) -> None:
+        """Add (measured - predicted) quality to the steps that reached measured states."""
+        for state, quality in measured_quality.items():
+            index = self.step_of.get(state)
+            if index is not None:
+                self.steps[index].reward += quality - self.predicted[state]
+
+    def learn(self) -> dict[str, float]:
+        """PPO update on the kept steps, which are then dropped."""
+        losses = self.policy.update(self.steps, self.epsilon) if self.steps else {}
+        self.steps, self.step_of, self.predicted = [], {}, {}
+        return losses
 
     def observe_batch(self, best_latency_s: float) -> None:
         """Adapt exploration to whether the last measured batch improved the task."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from harl.errors import HarlError
 
@@ -18,6 +19,10 @@ class SearchPlan:
     cost_model: object  # ms.CostModel shared by all tasks
     make_search_strategy: Callable[[int], object]  # task index -> ms.SearchStrategy
     space_generator: Callable[[], object] | str = "post-order-apply"
+    on_start: Callable[[Path], None] | None = None  # work dir -> restore agents, open metrics
+    on_finish: Callable[[Path], None] | None = None  # work dir -> save agents, close metrics
+    measure_callbacks: list = field(default_factory=list)  # extra ms.MeasureCallbacks
+    metrics: object | None = None  # harl.report.metrics.MetricsLogger of the agents, if any
 
 
 def make_plan(name: str, seed: int, num_cores: int) -> SearchPlan:

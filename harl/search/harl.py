@@ -2,20 +2,62 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from harl.agents import checkpoint
 from harl.agents.task_allocator import AllocatorConfig
+from harl.agents.tile_policy import TilePolicy
+from harl.report.metrics import MetricsLogger
 from harl.search import SearchPlan
-from harl.search.harl_scheduler import HarlTaskScheduler
-from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy, ProgramScorer
+
+AGENTS_DIR = "agents"
+METRICS_FILE = "metrics.jsonl"
 
 
 def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8) -> SearchPlan:
-    """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`."""
+    """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
+
+    One tile policy and one cost model serve every task, so what one task teaches the others use.
+    """
+    import torch
     from tvm.s_tir import meta_schedule as ms
 
+    torch.set_num_threads(1)  # tiny networks; the cores belong to builders and runners
     search = HarlSearchConfig()
+    metrics = MetricsLogger()
+    cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
+                                        num_warmup_samples=warmup_samples)
+    scorer = ProgramScorer(cost_model._inst)
+    policy = TilePolicy(search.tile.policy, seed)
+    scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics)
+
+    def on_start(work_dir: Path) -> None:
+        metrics.open(work_dir / METRICS_FILE)
+        agents = work_dir / AGENTS_DIR
+        if (agents / checkpoint.POLICY_FILE).exists():
+            policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
+        if (agents / checkpoint.ALLOCATOR_FILE).exists():
+            scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
+
+    def on_finish(work_dir: Path) -> None:
+        agents = work_dir / AGENTS_DIR
+        agents.mkdir(exist_ok=True)
+        checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())
+        if scheduler.allocator is not None:
+            checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE,
+                                 scheduler.allocator.to_json())
+        metrics.close()
+
     return SearchPlan(
-        task_scheduler=HarlTaskScheduler(AllocatorConfig(), seed=seed),
-        cost_model=ms.cost_model.XGBModel(num_tuning_cores=num_cores,
-                                          num_warmup_samples=warmup_samples),
-        make_search_strategy=lambda index: HarlSearchStrategy(search, seed=seed * 7919 + index),
+        task_scheduler=scheduler,
+        cost_model=cost_model,
+        make_search_strategy=lambda index: HarlSearchStrategy(
+            search, seed=seed * 7919 + index, policy=policy, scorer=scorer, metrics=metrics,
+            task_id=index),
+        measure_callbacks=[AllocatorFeedback(scheduler)],
+        on_start=on_start,
+        on_finish=on_finish,
+        metrics=metrics,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,13 +12,13 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
-from tvm.s_tir.schedule import Trace
 
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
-from harl.agents.tile_tuner import Site, State, TileTuner, TileTunerConfig
+from harl.agents.tile_policy import TilePolicy
+from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
 from harl.report.history import trial_latency_s
-
-TUNABLE_KINDS = {"SamplePerfectTile": "tile", "SampleCategorical": "categorical"}
+from harl.report.metrics import MetricsLogger
+from harl.search.trace_sites import initial_options, site_of, state_of, tunable_insts, with_state
 
 
 @dataclass(frozen=True)
@@ -32,26 +33,6 @@ class HarlSearchConfig:
     """fresh random samples drawn per sketch and batch as trajectory starts"""
 
 
-def tunable_insts(trace) -> list:
-    return [inst for inst in trace.insts if inst.kind.name in TUNABLE_KINDS]
-
-
-def site_of(inst) -> Site:
-    kind = TUNABLE_KINDS[inst.kind.name]
-    if kind == "tile":
-        return Site("tile", int(inst.attrs[0]), int(inst.attrs[1]))
-    return Site("categorical", len(inst.attrs[0]))
-
-
-def state_of(trace) -> State:
-    decisions = []
-    for inst in tunable_insts(trace):
-        value = trace.decisions[inst]
-        decisions.append(tuple(int(v) for v in value) if TUNABLE_KINDS[inst.kind.name] == "tile"
-                         else int(value))
-    return tuple(decisions)
-
-
 @dataclass
 class Sketch:
     """One design space: its trace, the tuner of its decisions, and its best measured states."""
@@ -61,15 +42,55 @@ class Sketch:
     elites: list[tuple[float, State]] = field(default_factory=list)
 
 
+def pooled(features: np.ndarray) -> np.ndarray:
+    """Per-store program features pooled to a fixed size (mean and max over stores)."""
+    if features.size == 0:
+        return np.zeros(2 * features.shape[-1], dtype=np.float32)
+    return np.concatenate([features.mean(0), features.max(0)]).astype(np.float32)
+
+
+class ProgramScorer:
+    """Scores schedules with the run's XGBoost model and returns their pooled features too.
+
+    `xgb` is TVM's XGBModel (Python side); until it has trained, scores are random and
+    `informative` is False, so the policy does not learn from them.
+    """
+
+    def __init__(self, xgb=None) -> None:
+        from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+        self.xgb = xgb
+        self.extractor = xgb.extractor if xgb is not None else PerStoreFeature()
+        self.rng = np.random.default_rng(0)
+
+    @property
+    def informative(self) -> bool:
+        return (self.xgb is not None and self.xgb.booster is not None
+                and self.xgb.data_size >= self.xgb.num_warmup_samples)
+
+    def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
+        raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
+                                                                                 candidates)]
+        scores = (self.xgb._predict(xs=raw) if self.informative
+                  else self.rng.uniform(size=len(candidates)))
+        return Evaluation(np.asarray(scores, dtype=float), np.stack([pooled(x) for x in raw]))
+
+
 @derived_object
 class HarlSearchStrategy(PySearchStrategy):
     """Each batch: the chooser splits slots across sketches; the tuner fills each sketch's share."""
 
-    def __init__(self, config: HarlSearchConfig | None = None, seed: int = 0) -> None:
+    def __init__(self, config: HarlSearchConfig | None = None, seed: int = 0,
+                 policy: TilePolicy | None = None, scorer: ProgramScorer | None = None,
+                 metrics: MetricsLogger | None = None, task_id: int = -1) -> None:
         super().__init__()
         self.config = config or HarlSearchConfig()
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self.policy = policy if policy is not None else TilePolicy(self.config.tile.policy, seed)
+        self.scorer = scorer if scorer is not None else ProgramScorer()
+        self.metrics = metrics if metrics is not None else MetricsLogger()
+        self.task_id = task_id
 
     def _initialize_with_tune_context(self, context) -> None:
         self.mod = context.mod
@@ -79,15 +100,16 @@ class HarlSearchStrategy(PySearchStrategy):
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database,
                    cost_model) -> None:
         self.max_trials, self.batch_size = int(max_trials), int(num_trials_per_iter)
-        self.cost_model = cost_model
         self.trials = 0
+        self.best_s = math.inf
         self.measured: set[int] = set()
-        self.pending: list[tuple[int, State]] = []
+        self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.sketches = []
         for index, space in enumerate(design_spaces):
             trace = space.trace.simplified(remove_postproc=True)
             sites = [site_of(inst) for inst in tunable_insts(trace)]
-            tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index)
+            tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index,
+                              policy=self.policy, options=initial_options(trace))
             self.sketches.append(Sketch(trace, tuner))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
 
@@ -95,19 +117,14 @@ class HarlSearchStrategy(PySearchStrategy):
         self.pending = []
 
     def clone(self):
-        return HarlSearchStrategy(self.config, self.seed)
+        return HarlSearchStrategy(self.config, self.seed, self.policy, self.scorer, self.metrics,
+                                  self.task_id)
 
     # -- candidates -------------------------------------------------------------------------
 
     def _materialize(self, sketch_id: int, state: State | None):
         """Schedule for `state` (None: a fresh random sample) after postprocs, or None."""
-        sketch = self.sketches[sketch_id]
-        if state is None:
-            trace = Trace(sketch.trace.insts, {})
-        else:
-            trace = sketch.trace
-            for inst, decision in zip(tunable_insts(trace), state, strict=True):
-                trace = trace.with_decision(inst, decision, remove_postproc=True)
+        trace = with_state(self.sketches[sketch_id].trace, state)
         sch = Schedule(self.mod, seed=int(self.rng.integers(1 << 30)), debug_mask=0)
         try:
             trace.apply_to_schedule(sch, remove_postproc=True)
@@ -117,9 +134,10 @@ class HarlSearchStrategy(PySearchStrategy):
             return None
         return sch
 
-    def _scorer(self, sketch_id: int, cache: dict):
-        def score(states: list[State]) -> np.ndarray:
-            scores = np.full(len(states), -np.inf)
+    def _evaluator(self, sketch_id: int, cache: dict):
+        def evaluate(states: list[State]) -> Evaluation:
+            result = Evaluation(np.full(len(states), -np.inf),
+                                np.zeros((len(states), 2 * 164), dtype=np.float32))
             todo = []
             for i, state in enumerate(states):
                 if state not in cache:
@@ -127,10 +145,11 @@ class HarlSearchStrategy(PySearchStrategy):
                 if cache[state] is not None:
                     todo.append(i)
             if todo:
-                candidates = [self._candidate(cache[states[i]]) for i in todo]
-                scores[todo] = self.cost_model.predict(self.context, candidates)
-            return scores
-        return score
+                scored = self.scorer(self.context, [self._candidate(cache[states[i]])
+                                                    for i in todo])
+                result.scores[todo], result.features[todo] = scored.scores, scored.features
+            return result
+        return evaluate
 
     @staticmethod
     def _candidate(sch) -> MeasureCandidate:
@@ -146,9 +165,13 @@ class HarlSearchStrategy(PySearchStrategy):
                 state = state_of(sch.trace)
                 cache.setdefault(state, sch)
                 fresh.append(state)
+        for site_index, site in enumerate(sketch.tuner.sites):
+            if site.kind == "compute_location":
+                sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         elites = [state for _, state in sketch.elites]
         starts = list(dict.fromkeys(elites + fresh[: self.config.fresh_samples]))
-        visited = sketch.tuner.search(starts, self._scorer(sketch_id, cache))
+        visited = sketch.tuner.search(starts, self._evaluator(sketch_id, cache),
+                                      learn=self.scorer.informative)
         n_fresh = count if not elites else int(round(count * sketch.tuner.fresh_share))
         picks: list[tuple[int, State, object]] = []
         ranked = [s for s, v in sorted(visited.items(), key=lambda kv: -kv[1]) if v > -np.inf]
@@ -162,10 +185,11 @@ class HarlSearchStrategy(PySearchStrategy):
             if key in self.measured:
                 continue
             self.measured.add(key)
-            picks.append((sketch_id, state_of(sch.trace), sch))
+            picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some
         return picks
 
     def generate_measure_candidates(self):
+        start = time.perf_counter()
         remaining = self.max_trials - self.trials
         if remaining <= 0 or not self.sketches:
             return None
@@ -174,22 +198,40 @@ class HarlSearchStrategy(PySearchStrategy):
         for sketch_id, count in enumerate(counts):
             if count > 0:
                 picks.extend(self._fill_sketch(sketch_id, int(count)))
+        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         if not picks:
             return None
-        self.pending = [(sketch_id, state) for sketch_id, state, _ in picks]
+        self.pending = [(sketch_id, state, state_of(sch.trace)) for sketch_id, state, sch in picks]
+        for sketch_id, count in enumerate(counts):
+            self.metrics.record(f"sketch/share_{sketch_id}", count / max(1, counts.sum()))
         return [self._candidate(sch) for _, _, sch in picks]
 
     def notify_runner_results(self, measure_candidates, results) -> None:
-        best_per_sketch: dict[int, float] = {}
-        for (sketch_id, state), result in zip(self.pending, results, strict=True):
-            latency, _ = trial_latency_s(None, result)
+        start = time.perf_counter()
+        latencies = [trial_latency_s(None, result)[0] for result in results]
+        self.best_s = min([self.best_s, *latencies])
+        measured: dict[int, dict[State, float]] = {}
+        for (sketch_id, state, actual), latency in zip(self.pending, latencies, strict=True):
             self.chooser.update(sketch_id, latency)
             sketch = self.sketches[sketch_id]
+            quality = self.best_s / latency if math.isfinite(latency) else 0.0
+            measured.setdefault(sketch_id, {})[state] = quality
             if math.isfinite(latency):
-                sketch.elites = sorted(sketch.elites + [(latency, state)])[
+                sketch.elites = sorted(sketch.elites + [(latency, actual)])[
                     : self.config.elites_per_sketch]
-            best_per_sketch[sketch_id] = min(best_per_sketch.get(sketch_id, math.inf), latency)
-        for sketch_id, best in best_per_sketch.items():
-            self.sketches[sketch_id].tuner.observe_batch(best)
+        for sketch_id, qualities in measured.items():
+            tuner = self.sketches[sketch_id].tuner
+            best = min(lat for (s, _, _), lat in zip(self.pending, latencies, strict=True)
+                       if s == sketch_id)
+            tuner.observe_batch(best)
+            tuner.correct(qualities)
+            for key, value in tuner.learn().items():
+                self.metrics.record(f"tile/{key}", value)
+            self.metrics.record(f"tile/epsilon_{sketch_id}", tuner.epsilon)
+            self.metrics.record(f"tile/trajectory_length_{sketch_id}", tuner.trajectory_length)
+            self.metrics.record(f"tile/fresh_share_{sketch_id}", tuner.fresh_share)
+        self.metrics.record("sketch/best_ms", self.best_s * 1e3)
+        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         self.trials += len(self.pending)
+        self.metrics.dump(task_id=self.task_id, task_trials=self.trials)
         self.pending = []

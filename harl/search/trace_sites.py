@@ -1,0 +1,95 @@
+"""The tunable decisions of a sketch's trace, as the tile tuner sees them, and back.
+
+Sites: SamplePerfectTile (factors), SampleCategorical (index), SampleComputeLocation (loop index)
+and the parallel extent a sketch annotates (`meta_schedule.parallel`, what MetaSchedule's
+MutateParallel changes). Everything else in the trace stays as the design space made it.
+"""
+
+from __future__ import annotations
+
+from tvm.s_tir.schedule import Instruction, Trace
+from tvm.tirx import IntImm
+
+from harl.agents.tile_tuner import Site, State
+
+PARALLEL_ANN = "meta_schedule.parallel"
+SAMPLED_KINDS = {"SamplePerfectTile": "tile", "SampleCategorical": "categorical",
+                 "SampleComputeLocation": "compute_location"}
+
+
+def site_kind(inst) -> str | None:
+    """The tuner's kind of site for `inst`, None if it is not tunable."""
+    name = inst.kind.name
+    if name in SAMPLED_KINDS:
+        return SAMPLED_KINDS[name]
+    if name == "Annotate" and str(inst.attrs[0]) == PARALLEL_ANN:
+        return "parallel"
+    return None
+
+
+def tunable_insts(trace) -> list:
+    return [inst for inst in trace.insts if site_kind(inst) is not None]
+
+
+def site_of(inst) -> Site:
+    kind = site_kind(inst)
+    if kind == "tile":
+        return Site("tile", int(inst.attrs[0]), int(inst.attrs[1]))
+    if kind == "categorical":
+        return Site("categorical", len(inst.attrs[0]))
+    return Site(kind, 0)
+
+
+def parallel_options(max_extent: int) -> list[int]:
+    """Parallel extents worth trying: powers of two up to the sketch's, and the sketch's own."""
+    options, value = [], 1
+    while value < max_extent:
+        options.append(value)
+        value *= 2
+    return [*options, max_extent]
+
+
+def initial_options(trace) -> list[list[int]]:
+    """Known options of each choice site (empty for tiles and categories)."""
+    options = []
+    for inst in tunable_insts(trace):
+        kind = site_kind(inst)
+        if kind == "parallel":
+            options.append(parallel_options(int(inst.inputs[1])))
+        elif kind == "compute_location" and inst in trace.decisions:
+            options.append([int(trace.decisions[inst])])
+        else:
+            options.append([])
+    return options
+
+
+def state_of(trace) -> State:
+    """The decisions of `trace` (after it ran: sampled values are in its decisions)."""
+    decisions = []
+    for inst in tunable_insts(trace):
+        kind = site_kind(inst)
+        if kind == "parallel":
+            decisions.append(int(inst.inputs[1]))
+        elif kind == "tile":
+            decisions.append(tuple(int(v) for v in trace.decisions[inst]))
+        else:
+            decisions.append(int(trace.decisions[inst]))
+    return tuple(decisions)
+
+
+def with_state(trace, state: State | None) -> Trace:
+    """`trace` with its decisions set to `state` (None: every decision left to sampling)."""
+    if state is None:
+        return Trace(trace.insts, {})
+    insts = list(trace.insts)
+    decisions = {inst: value for inst, value in trace.decisions.items()}
+    tunables = tunable_insts(trace)
+    for inst, decision in zip(tunables, state, strict=True):
+        if site_kind(inst) == "parallel":
+            index = next(i for i, x in enumerate(insts) if x.same_as(inst))
+            insts[index] = Instruction(inst.kind, [inst.inputs[0],
+                                                   IntImm("int32", int(decision))],
+                                       inst.attrs, inst.outputs)
+        else:
+            decisions[inst] = list(decision) if isinstance(decision, tuple) else int(decision)
+    return Trace(insts, decisions)
