@@ -79,6 +79,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
         trials=config.trials, trials_done=sum(s.trials for s in stats), seed=config.seed,
         tune_seconds=round(tune_seconds, 2), tasks=task_summaries(stats),
         work_dir=str(work_dir),
+        agent_seconds={k: round(v, 3) for k, v in (plan.metrics.totals if plan.metrics else {}
+                                                   ).items()},
     )
     say("harl: compiling and verifying against onnxruntime ...")
     evaluate_into(report, model, relax_mod, target, database, config)

@@ -39,6 +39,7 @@ class RunReport:
     atol: float | None = None
     verified: bool | None = None
     work_dir: str = ""
+    agent_seconds: dict[str, float] = field(default_factory=dict)  # by part (harl strategy)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -75,4 +76,7 @@ def format_summary(report: RunReport) -> str:
     verified = "not run" if report.verified is None else str(report.verified).lower()
     lines.append(f"{'verified':<24} {verified}")
     lines.append(f"{'trials':<24} {report.trials_done} in {report.tune_seconds:.0f} s")
+    if report.agent_seconds and report.trials_done:
+        per_trial = sum(report.agent_seconds.values()) / report.trials_done
+        lines.append(f"{'agents + cost model':<24} {per_trial * 1e3:.0f} ms per trial")
     return "\n".join(lines)

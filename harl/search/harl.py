@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from harl.agents import checkpoint
@@ -14,6 +15,18 @@ from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy, Progra
 
 AGENTS_DIR = "agents"
 METRICS_FILE = "metrics.jsonl"
+
+
+def _time_updates(xgb, metrics: MetricsLogger) -> None:
+    """Count the cost model's training time (TVM looks `update` up on the instance each call)."""
+    train = xgb.update
+
+    def timed_update(*args, **kwargs):
+        start = time.perf_counter()
+        train(*args, **kwargs)
+        metrics.add("cost_model/update_seconds", time.perf_counter() - start)
+
+    xgb.update = timed_update
 
 
 def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8) -> SearchPlan:
@@ -30,6 +43,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8) -> SearchPlan:
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
     scorer = ProgramScorer(cost_model._inst)
+    _time_updates(cost_model._inst, metrics)
     policy = TilePolicy(search.tile.policy, seed)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics)
 

@@ -69,11 +69,12 @@ class ProgramScorer:
                 and self.xgb.data_size >= self.xgb.num_warmup_samples)
 
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
+        if not self.informative:  # no features needed for a guess
+            return Evaluation(self.rng.uniform(size=len(candidates)))
         raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
                                                                                  candidates)]
-        scores = (self.xgb._predict(xs=raw) if self.informative
-                  else self.rng.uniform(size=len(candidates)))
-        return Evaluation(np.asarray(scores, dtype=float), np.stack([pooled(x) for x in raw]))
+        return Evaluation(np.asarray(self.xgb._predict(xs=raw), dtype=float),
+                          np.stack([pooled(x) for x in raw]))
 
 
 @derived_object
@@ -147,7 +148,9 @@ class HarlSearchStrategy(PySearchStrategy):
             if todo:
                 scored = self.scorer(self.context, [self._candidate(cache[states[i]])
                                                     for i in todo])
-                result.scores[todo], result.features[todo] = scored.scores, scored.features
+                result.scores[todo] = scored.scores
+                if scored.features is not None:
+                    result.features[todo] = scored.features
             return result
         return evaluate
 
@@ -170,8 +173,9 @@ class HarlSearchStrategy(PySearchStrategy):
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         elites = [state for _, state in sketch.elites]
         starts = list(dict.fromkeys(elites + fresh[: self.config.fresh_samples]))
-        visited = sketch.tuner.search(starts, self._evaluator(sketch_id, cache),
-                                      learn=self.scorer.informative)
+        visited: dict[State, float] = {}
+        if self.scorer.informative:  # before the cost model has learned, measure fresh samples
+            visited = sketch.tuner.search(starts, self._evaluator(sketch_id, cache))
         n_fresh = count if not elites else int(round(count * sketch.tuner.fresh_share))
         picks: list[tuple[int, State, object]] = []
         ranked = [s for s, v in sorted(visited.items(), key=lambda kv: -kv[1]) if v > -np.inf]
