@@ -130,3 +130,43 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.startswith("bench: error: no ONNX light model 'nosuchnet'")
+
+
+def test_fma_kernel_measures_a_plausible_peak(tmp_path):
+    from benchlib.peak import measure_peak
+
+    peak = measure_peak(tmp_path, threads=1, seconds=0.05, repeats=1)
+    assert peak.lanes in (8, 16)
+    assert 1.0 < peak.gflops_one_core < 1000.0 and peak.gflops_all_cores > 1.0
+
+
+def test_roofline_kernels_compute_what_their_flop_counts_claim(tmp_path):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from benchlib.roofline import conv_kernel, matmul_kernel
+    from onnx import numpy_helper
+
+    matmul, conv = matmul_kernel(tmp_path, 8), conv_kernel(tmp_path, 5, channels=4)
+    assert matmul.flop == 2 * 8 ** 3 and conv.flop == 2 * 4 * 5 * 5 * 4 * 9
+    x = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    weight = numpy_helper.to_array(onnx.load(str(matmul.path)).graph.initializer[0])
+    (y,) = ort.InferenceSession(str(matmul.path)).run(None, {"X": x})
+    np.testing.assert_allclose(y, x @ weight, rtol=1e-5)
+    (y,) = ort.InferenceSession(str(conv.path)).run(
+        None, {"X": np.ones((1, 4, 5, 5), np.float32)})
+    kernel = numpy_helper.to_array(onnx.load(str(conv.path)).graph.initializer[0])
+    assert y.shape == (1, 4, 5, 5)  # padded: same size; an inner pixel sees the whole 3x3 kernel
+    np.testing.assert_allclose(y[0, :, 2, 2], kernel.sum(axis=(1, 2, 3)), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_roofline_end_to_end_with_small_kernels(tmp_path):
+    proc = subprocess.run([sys.executable, "tools/bench.py", "--roofline", "--roofline-size",
+                           "64", "--conv-size", "8", "--roofline-trials", "4", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "roofline.md").read_text()
+    assert "measured fp32 peak" in text and "numpy BLAS fp32 matmul" in text
+    rows = [line for line in text.splitlines() if line.startswith(("| matmul", "| conv2d"))]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows)
