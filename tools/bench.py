@@ -2,7 +2,7 @@
 
     python tools/bench.py MODEL [MODEL ...] [--strategies harl,metaschedule] [--trials 20,64]
                           [--seeds 0,1,2] [--out DIR]
-    python tools/bench.py --smoke            # tiny end-to-end check (about two minutes)
+    python tools/bench.py --smoke            # tiny end-to-end check (1.5-2 min on 2 cores)
     python tools/bench.py --roofline         # FMA peak, numpy BLAS, tuned matmul and conv2d
 
 MODEL is an ONNX path or `light:NAME` (the ONNX package's own test models: light:resnet50,
@@ -101,18 +101,15 @@ def main(argv: list[str] | None = None) -> int:
             from benchlib.roofline import run_roofline
 
             run_roofline(args, out, header)
-        else:
-            run_bench(args, out, header)
-    except HarlError as err:
+            return 0
+        return run_bench(args, out, header)
+    except (HarlError, OSError) as err:
         print(f"bench: error: {err}", file=sys.stderr)
         return 2
-    except OSError as err:
-        print(f"bench: error: {err}", file=sys.stderr)
-        return 2
-    return 0
 
 
-def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> None:
+def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
+    """All runs, then per model the interleaved timing; 1 when some run failed."""
     if args.smoke:
         args.models, args.strategies = [str(SMOKE_MODEL)], "harl,metaschedule"
         args.trials, args.trials_per_task, args.seeds = [6], None, [0]
@@ -129,6 +126,9 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> None:
     if any(n <= 0 for n in (args.trials or []) + (args.trials_per_task or [])):
         raise HarlError("trial budgets must be positive")
     models = [resolve_model(spec) for spec in args.models]
+    labels = [model_label(path) for path in models]
+    if len(set(labels)) != len(labels):
+        raise HarlError(f"two models share a name (output folders would clash): {labels}")
     settings = TimingSettings(rounds=args.rounds, repeats=args.repeats)
 
     all_runs, references, plots = [], {}, []
@@ -162,6 +162,11 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> None:
     print()
     print(markdown_table(SUMMARY_COLUMNS, summary_rows(all_runs, references)))
     print(f"\nbench: runs.csv, summary.md and plots in {out}")
+    failed = [run for run in all_runs if run.exit_code != 0]
+    if failed:
+        print(f"bench: {len(failed)} of {len(all_runs)} runs failed (see summary.md)",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
