@@ -80,8 +80,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
         tune_seconds=round(tune_seconds, 2), tasks=task_summaries(stats),
         work_dir=str(work_dir),
     )
-    say("harl: compiling and verifying against onnxruntime ...")
-    evaluate_into(report, model, relax_mod, target, database, config)
+    if config.evaluate:
+        say("harl: compiling and verifying against onnxruntime ...")
+        evaluate_into(report, model, relax_mod, target, database, config)
 
     # 4. Report
     report.write(work_dir / "report.json")

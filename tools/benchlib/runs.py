@@ -54,7 +54,8 @@ class RunResult:
 
 def tune_command(spec: RunSpec, work_dir: Path, target: str | None,
                  trials_per_batch: int | None) -> list[str]:
-    command = [sys.executable, "-m", "harl.tune", str(spec.model), "--quiet",
+    # --no-evaluate: the bench compiles, verifies and times every build itself, interleaved.
+    command = [sys.executable, "-m", "harl.tune", str(spec.model), "--quiet", "--no-evaluate",
                "--work-dir", str(work_dir), "--strategy", spec.strategy,
                "--trials", str(spec.trials), "--seed", str(spec.seed)]
     if target is not None:
