@@ -80,6 +80,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     ]
     stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
     clock = StageClock()
+    # Started before the recorder's clock: its worker's start-up is not a trial's cost.
+    runner = ClockedRunner(local_runner(measure), clock)
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock)
     builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
                                 timeout_s=measure.build_timeout_s, clock=clock)
@@ -91,7 +93,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             max_trials_per_task=settings.trials,
             num_trials_per_iter=settings.trials_per_batch,
             builder=builder,
-            runner=ClockedRunner(local_runner(measure), clock),
+            runner=runner,
             measure_callbacks=[*ms.MeasureCallback.create("default"), recorder],
             database=database,
             cost_model=plan.cost_model,
