@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=_help("trials_per_batch"))
     parser.add_argument("--seed", type=int, default=0, help=_help("seed") + " (default 0)")
     parser.add_argument("--quiet", action="store_true", help=_help("quiet"))
+    parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
+                        help="tune only: skip compiling, checking and timing the tuned model")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return parser
 
@@ -41,7 +43,8 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
     return TuneConfig(model=args.model, target=args.target, trials=args.trials,
                       work_dir=args.work_dir, strategy=args.strategy, input_shapes=shapes,
-                      seed=args.seed, quiet=args.quiet, trials_per_batch=args.trials_per_batch)
+                      seed=args.seed, quiet=args.quiet, trials_per_batch=args.trials_per_batch,
+                      evaluate=args.evaluate)
 
 
 def run_cli(argv: list[str] | None = None) -> int:

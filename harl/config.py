@@ -50,6 +50,9 @@ class TuneConfig:
                                                    default_factory=dict)
     seed: int = doc("random seed for search and verification inputs", default=0)
     quiet: bool = doc("no progress output", default=False)
+    evaluate: bool = doc("after tuning, compile the model, check it against onnxruntime and time "
+                         "it (off: tuning only, e.g. when a benchmark times builds itself)",
+                         default=True)
     trials_per_batch: int | None = doc("candidates measured per search round "
                                        "(default: from budget and task count)", default=None)
     measure: MeasureConfig = field(default_factory=MeasureConfig)

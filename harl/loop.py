@@ -9,7 +9,8 @@ from pathlib import Path
 from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
 from harl.measure.builder import PersistentBuilder
-from harl.measure.runner import local_runner
+from harl.measure.clock import StageClock
+from harl.measure.runner import ClockedRunner, local_runner
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.search import SearchPlan
@@ -78,9 +79,12 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
         for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True))
     ]
     stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
-    recorder = TrialRecorder(stats, work_dir / "history.csv", progress)
+    clock = StageClock()
+    # Started before the recorder's clock: its worker's start-up is not a trial's cost.
+    runner = ClockedRunner(local_runner(measure), clock)
+    recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock)
     builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
-                                timeout_s=measure.build_timeout_s)
+                                timeout_s=measure.build_timeout_s, clock=clock)
     if plan.on_start is not None:
         plan.on_start(work_dir)
     try:
@@ -91,7 +95,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             max_trials_per_task=settings.trials,
             num_trials_per_iter=settings.trials_per_batch,
             builder=builder,
-            runner=local_runner(measure),
+            runner=runner,
             measure_callbacks=[*ms.MeasureCallback.create("default"), recorder,
                                *plan.measure_callbacks],
             database=database,

@@ -82,8 +82,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
         agent_seconds={k: round(v, 3) for k, v in (plan.metrics.totals if plan.metrics else {}
                                                    ).items()},
     )
-    say("harl: compiling and verifying against onnxruntime ...")
-    evaluate_into(report, model, relax_mod, target, database, config)
+    if config.evaluate:
+        say("harl: compiling and verifying against onnxruntime ...")
+        evaluate_into(report, model, relax_mod, target, database, config)
 
     # 4. Report
     report.write(work_dir / "report.json")

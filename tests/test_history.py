@@ -6,6 +6,7 @@ import math
 from tvm.s_tir.meta_schedule.builder import BuilderResult
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+from harl.measure.clock import StageClock
 from harl.report.history import TaskStats, TrialRecorder, end_to_end_estimate_s, trial_latency_s
 
 
@@ -40,3 +41,19 @@ def test_recorder_writes_every_trial_at_once(tmp_path):
     assert rows[-1]["best_task_ms"] == "1" and rows[-1]["e2e_estimate_ms"] == "3"
     assert stats[1].trials == 3 and stats[1].failures == 1 and stats[0].trials == 0
     recorder.close()
+
+
+def test_recorder_splits_each_batch_into_build_and_run_seconds(tmp_path):
+    clock = StageClock()
+    recorder = TrialRecorder([TaskStats("a", 1.0, 10.0)], tmp_path / "history.csv", clock=clock)
+    clock.build_s, clock.run_s = 0.5, 0.25
+    builds, runs = zip(ok(2e-3), ok(1e-3), strict=True)
+    recorder.record(0, list(builds), list(runs))
+    clock.build_s, clock.run_s = 0.75, 1.25
+    recorder.record(0, [ok(3e-3)[0]], [ok(3e-3)[1]])
+    recorder.close()
+    rows = list(csv.DictReader((tmp_path / "history.csv").open()))
+    assert [r["batch"] for r in rows] == ["1", "", "2"]
+    assert [r["build_s"] for r in rows] == ["0.500", "", "0.250"]
+    assert [r["run_s"] for r in rows] == ["0.250", "", "1.000"]
+    assert float(rows[0]["batch_wall_s"]) >= 0 and rows[1]["batch_wall_s"] == ""

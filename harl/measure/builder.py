@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+from harl.measure.clock import StageClock
 
 
 def build_in_worker(mod, target) -> str:
@@ -33,8 +36,10 @@ def build_in_worker(mod, target) -> str:
 class PersistentBuilder(PyBuilder):
     """Builds candidates in a pool of long-lived worker processes; failures become error results."""
 
-    def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256) -> None:
+    def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
+                 clock: StageClock | None = None) -> None:
         super().__init__()
+        self.clock = clock
         self.max_workers = max_workers
         self.timeout_s = timeout_s
         self.max_uses = max_uses
@@ -50,6 +55,7 @@ class PersistentBuilder(PyBuilder):
         return self._pool
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        start = time.perf_counter()
         pool = self._get_pool()
         results = []
         outcomes = pool.map_with_error_catching(
@@ -62,6 +68,8 @@ class PersistentBuilder(PyBuilder):
                 results.append(BuilderResult(None, f"build timed out after {self.timeout_s} s"))
             else:
                 results.append(BuilderResult(None, f"build failed: {outcome.value}"))
+        if self.clock is not None:
+            self.clock.build_s += time.perf_counter() - start
         return results
 
     def shutdown(self) -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.runner import PyRunner
+
 from harl.config import MeasureConfig
+from harl.measure.clock import StageClock
 
 
 def evaluator_config(config: MeasureConfig):
@@ -18,3 +24,24 @@ def local_runner(config: MeasureConfig):
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
     return LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=evaluator_config(config))
+
+
+@derived_object
+class ClockedRunner(PyRunner):
+    """Adds the wall seconds of each `run` call to a StageClock.
+
+    TVM 0.27's LocalRunner measures the whole batch inside `run` (its futures come back done), so
+    this is the loop's full measuring time.
+    """
+
+    def __init__(self, inner, clock: StageClock) -> None:
+        super().__init__()
+        self.inner = inner
+        self.clock = clock
+
+    def run(self, runner_inputs):
+        start = time.perf_counter()
+        try:
+            return self.inner.run(runner_inputs)
+        finally:
+            self.clock.run_s += time.perf_counter() - start

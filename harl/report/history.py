@@ -11,10 +11,15 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from harl.measure.clock import StageClock
 from harl.report.progress import Progress
 
+# The last four describe the whole batch and are filled on its first row only (empty on the
+# others), so that summing a column gives the run's total: the batch's number, and the wall,
+# build and run seconds since the previous batch was recorded (the rest of the wall time is the
+# search strategy, cost model and scheduler).
 HISTORY_COLUMNS = ("time_s", "task_id", "task", "trial", "latency_ms", "error",
-                   "best_task_ms", "e2e_estimate_ms")
+                   "best_task_ms", "e2e_estimate_ms", "batch", "batch_wall_s", "build_s", "run_s")
 
 
 @dataclass
@@ -63,13 +68,16 @@ class TrialRecorder(PyMeasureCallback):
     """Sees every measurement batch; keeps per-task stats and appends history.csv at once."""
 
     def __init__(self, stats: list[TaskStats], history_path: Path,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, clock: StageClock | None = None) -> None:
         super().__init__()
         self.stats = stats
         self.history_path = Path(history_path)
         self.progress = progress
+        self.clock = clock
         self.start = time.monotonic()
         self.trials_done = 0
+        self.batches = 0
+        self._last_mark = (self.start, 0.0, 0.0)  # wall, build and run seconds at the last batch
         new_file = not self.history_path.exists() or self.history_path.stat().st_size == 0
         self._file = open(self.history_path, "a", newline="")  # noqa: SIM115  (closed in close())
         self._writer = csv.writer(self._file)
@@ -84,7 +92,9 @@ class TrialRecorder(PyMeasureCallback):
     def record(self, task_id: int, builder_results, runner_results) -> None:
         """Account for one measured batch of task `task_id`."""
         task = self.stats[task_id]
-        for builder_result, runner_result in zip(builder_results, runner_results, strict=True):
+        batch_columns = self._batch_columns()
+        for index, (builder_result, runner_result) in enumerate(
+                zip(builder_results, runner_results, strict=True)):
             latency_s, error = trial_latency_s(builder_result, runner_result)
             task.trials += 1
             self.trials_done += 1
@@ -96,12 +106,26 @@ class TrialRecorder(PyMeasureCallback):
             self._writer.writerow([
                 f"{time.monotonic() - self.start:.3f}", task_id, task.name, task.trials,
                 _ms(latency_s), error, _ms(task.best_s), _ms(estimate),
+                *(batch_columns if index == 0 else ["", "", "", ""]),
             ])
         self._file.flush()
         if self.progress is not None:
             estimate = end_to_end_estimate_s(self.stats)
             self.progress.update(self.trials_done, None if estimate is None else estimate * 1e3,
                                  sum(s.measured for s in self.stats), len(self.stats))
+
+    def _batch_columns(self) -> list[str]:
+        """Batch number and wall / build / run seconds since the previous batch."""
+        self.batches += 1
+        now = time.monotonic()
+        build_s = self.clock.build_s if self.clock is not None else 0.0
+        run_s = self.clock.run_s if self.clock is not None else 0.0
+        last_wall, last_build, last_run = self._last_mark
+        self._last_mark = (now, build_s, run_s)
+        if self.clock is None:
+            return [str(self.batches), f"{now - last_wall:.3f}", "", ""]
+        return [str(self.batches), f"{now - last_wall:.3f}", f"{build_s - last_build:.3f}",
+                f"{run_s - last_run:.3f}"]
 
     def close(self) -> None:
         self._file.close()

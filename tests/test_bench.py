@@ -1,0 +1,176 @@
+"""tools/bench.py: pure curve and ratio arithmetic, and the --smoke pipeline end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+from benchlib.curves import (  # noqa: E402
+    CurvePoint,
+    band,
+    estimate_curve,
+    first_reaching,
+    spread,
+    trial_cost,
+)
+from benchlib.report import reach_baseline, summary_rows, vs_baseline  # noqa: E402
+from benchlib.runs import RunResult, RunSpec  # noqa: E402
+from benchlib.timing import ONNXRUNTIME, UNTUNED  # noqa: E402
+
+
+def row(time_s, task, latency, **batch):
+    return {"time_s": str(time_s), "task_id": str(task),
+            "latency_ms": "" if latency is None else str(latency), **batch}
+
+
+def test_estimate_starts_once_every_task_is_measured_and_keeps_the_best():
+    rows = [row(1, 0, 2.0), row(2, 0, None), row(3, 1, 5.0), row(4, 0, 1.0), row(5, 1, 9.0)]
+    curve = estimate_curve(rows, weights=[2.0, 1.0])
+    assert [(p.trials, p.seconds) for p in curve] == [(3, 3.0), (4, 4.0), (5, 5.0)]
+    assert [p.estimate_ms for p in curve] == [9.0, 7.0, 7.0]
+    assert estimate_curve([row(1, 0, 1.0)], weights=[1.0, 1.0]) == []
+
+
+def test_first_point_reaching_a_target():
+    curve = [CurvePoint(3, 1.5, 9.0), CurvePoint(4, 2.0, 7.0), CurvePoint(9, 6.0, 4.0)]
+    assert first_reaching(curve, 7.0) == curve[1]
+    assert first_reaching(curve, 5.0) == curve[2]
+    assert first_reaching(curve, 3.9) is None
+
+
+def test_spread_ignores_missing_values():
+    s = spread([3.0, None, 1.0, 2.0, math.inf])
+    assert (s.median, s.low, s.high, s.n) == (2.0, 1.0, 3.0, 3)
+    assert spread([None]) is None
+
+
+def test_band_is_nan_before_any_seed_starts_and_steps_after():
+    a = [CurvePoint(2, 1.0, 10.0), CurvePoint(4, 2.0, 6.0)]
+    b = [CurvePoint(3, 1.0, 8.0)]
+    median, low, high = band([a, b], [1, 2, 3, 4], "trials")
+    assert math.isnan(median[0])
+    assert median[1:] == [10.0, 9.0, 7.0] and low[1:] == [10.0, 8.0, 6.0]
+    assert high[1:] == [10.0, 10.0, 8.0]
+
+
+def test_trial_cost_sums_batch_columns_over_trials():
+    rows = [row(1, 0, 1.0, batch_wall_s="6", build_s="2", run_s="1"), row(1, 0, 1.0),
+            row(2, 0, 1.0, batch_wall_s="2", build_s="1", run_s="1"), row(2, 0, 1.0)]
+    cost = trial_cost(rows)
+    assert (cost.wall_s, cost.build_s, cost.run_s, cost.search_s) == (2.0, 0.75, 0.5, 0.75)
+    assert trial_cost([row(1, 0, 1.0)]) is None  # histories from before the batch columns
+
+
+def fake_run(strategy, seed, latency_ms, curve):
+    spec = RunSpec(Path("m.onnx"), "m", strategy, 10, seed)
+    return RunResult(spec, Path(f"/x/{strategy}-{seed}"), 0, report={"tune_seconds": 5.0},
+                     curve=curve, latency_ms=latency_ms)
+
+
+def test_ratios_and_reach_pair_runs_with_metaschedule_of_the_same_seed():
+    ms0 = fake_run("metaschedule", 0, 2.0, [CurvePoint(5, 50.0, 4.0), CurvePoint(10, 99.0, 3.0)])
+    ms1 = fake_run("metaschedule", 1, 4.0, [CurvePoint(10, 80.0, 2.0)])
+    harl0 = fake_run("harl", 0, 1.0, [CurvePoint(4, 10.0, 3.5), CurvePoint(6, 20.0, 2.9)])
+    harl1 = fake_run("harl", 1, 6.0, [CurvePoint(10, 30.0, 2.5)])
+    runs = [ms0, ms1, harl0, harl1]
+    assert vs_baseline(harl0, runs) == 0.5 and vs_baseline(harl1, runs) == 1.5
+    reach = reach_baseline([harl0, harl1], runs)
+    assert (reach.reached, reach.seeds) == (1, 2)  # seed 1 never gets to 2.0
+    assert reach.trials.median == 6 and reach.seconds.median == 20.0
+    refs = {"m": {ONNXRUNTIME: 2.0, UNTUNED: 10.0}}
+    ms_row, harl_row = summary_rows(runs, refs)
+    assert ms_row[2] == "metaschedule" and ms_row[3] == "1.00x"
+    assert ms_row[4] == "10 (2/2)" and ms_row[5] == "89.5 [80, 99] (2/2)"
+    assert harl_row[2] == "harl" and harl_row[3] == "1.00x [0.50, 1.50]"
+    assert harl_row[4] == "6 (1/2)" and harl_row[6] == "1.75x [0.50, 3.00]"
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run([sys.executable, "tools/bench.py", "--smoke", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return proc, out
+
+
+def test_smoke_runs_every_stage(smoke):
+    proc, out = smoke
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    first = proc.stdout.splitlines()[0]
+    assert first == f"command: python tools/bench.py --smoke --out {out}"
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert sorted(r["strategy"] for r in rows) == ["harl", "metaschedule"]
+    for r in rows:
+        assert r["model"] == "mlp" and r["exit_code"] == "0" and r["verified"] == "true"
+        assert int(r["trials_done"]) >= 6 and float(r["latency_ms"]) > 0
+        assert float(r["vs_onnxruntime"]) > 0 and float(r["tune_wall_s"]) > 0
+        assert float(r["build_s_per_trial"]) > 0 and float(r["run_s_per_trial"]) > 0
+        # harl.tune ran with --no-evaluate: the verification above is the bench's own.
+        report = json.loads((Path(r["work_dir"]) / "report.json").read_text())
+        assert report["verified"] is None and report["latency_ms"] == {}
+    ms_row = next(r for r in rows if r["strategy"] == "metaschedule")
+    assert float(ms_row["vs_metaschedule"]) == 1.0
+    summary = (out / "summary.md").read_text()
+    assert summary.splitlines()[3].startswith("command: python tools/bench.py --smoke")
+    assert "machine: " in summary and "versions: tvm " in summary
+    table = [line for line in summary.splitlines() if line.startswith("| mlp | 6 |")]
+    assert len(table) == 2 and "| metaschedule | 1.00x |" in table[0]
+    png = out / "mlp_curves.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "![mlp_curves](mlp_curves.png)" in summary
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "tools/bench.py", "light:nosuchnet",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("bench: error: no ONNX light model 'nosuchnet'")
+
+
+def test_fma_kernel_measures_a_plausible_peak(tmp_path):
+    from benchlib.peak import measure_peak
+
+    peak = measure_peak(tmp_path, threads=1, seconds=0.05, repeats=1)
+    assert peak.lanes in (8, 16)
+    assert 1.0 < peak.gflops_one_core < 1000.0 and peak.gflops_all_cores > 1.0
+
+
+def test_roofline_kernels_compute_what_their_flop_counts_claim(tmp_path):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from benchlib.roofline import conv_kernel, matmul_kernel
+    from onnx import numpy_helper
+
+    matmul, conv = matmul_kernel(tmp_path, 8), conv_kernel(tmp_path, 5, channels=4)
+    assert matmul.flop == 2 * 8 ** 3 and conv.flop == 2 * 4 * 5 * 5 * 4 * 9
+    x = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    weight = numpy_helper.to_array(onnx.load(str(matmul.path)).graph.initializer[0])
+    (y,) = ort.InferenceSession(str(matmul.path)).run(None, {"X": x})
+    np.testing.assert_allclose(y, x @ weight, rtol=1e-5)
+    (y,) = ort.InferenceSession(str(conv.path)).run(
+        None, {"X": np.ones((1, 4, 5, 5), np.float32)})
+    kernel = numpy_helper.to_array(onnx.load(str(conv.path)).graph.initializer[0])
+    assert y.shape == (1, 4, 5, 5)  # padded: same size; an inner pixel sees the whole 3x3 kernel
+    np.testing.assert_allclose(y[0, :, 2, 2], kernel.sum(axis=(1, 2, 3)), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_roofline_end_to_end_with_small_kernels(tmp_path):
+    proc = subprocess.run([sys.executable, "tools/bench.py", "--roofline", "--roofline-size",
+                           "64", "--conv-size", "8", "--roofline-trials", "4", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "roofline.md").read_text()
+    assert "measured fp32 peak" in text and "numpy BLAS fp32 matmul" in text
+    rows = [line for line in text.splitlines() if line.startswith(("| matmul", "| conv2d"))]
+    assert len(rows) == 2 and all(row.endswith("| yes |") for row in rows)

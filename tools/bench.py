@@ -1,0 +1,173 @@
+"""Benchmark harl against MetaSchedule, untuned TVM and onnxruntime; or measure the roofline.
+
+    python tools/bench.py MODEL [MODEL ...] [--strategies harl,metaschedule] [--trials 20,64]
+                          [--seeds 0,1,2] [--out DIR]
+    python tools/bench.py --smoke            # tiny end-to-end check (1.5-2 min on 2 cores)
+    python tools/bench.py --roofline         # FMA peak, numpy BLAS, tuned matmul and conv2d
+
+MODEL is an ONNX path or `light:NAME` (the ONNX package's own test models: light:resnet50,
+light:squeezenet, ...). Every model x strategy x budget x seed is one `python -m harl.tune` run,
+one at a time; then each model's tuned builds are timed interleaved in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run from elsewhere
+
+from benchlib.machine import ROOT, header_lines  # noqa: E402
+from benchlib.models import count_tasks, model_label, resolve_model  # noqa: E402
+from benchlib.plots import plot_model  # noqa: E402
+from benchlib.report import (  # noqa: E402
+    SUMMARY_COLUMNS,
+    markdown_table,
+    summary_rows,
+    write_runs_csv,
+    write_summary,
+)
+from benchlib.runs import RunSpec, run_tuning, tail  # noqa: E402
+from benchlib.timing import TimingSettings, time_model  # noqa: E402
+
+from harl.errors import HarlError  # noqa: E402
+
+SMOKE_MODEL = ROOT / "tasks" / "examples" / "mlp.onnx"
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python tools/bench.py",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="ONNX paths or light:NAME")
+    parser.add_argument("--strategies", default="harl,metaschedule",
+                        help="comma-separated harl.tune strategies (default harl,metaschedule); "
+                             "ratios are taken against metaschedule")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--trials", type=int_list, default=None,
+                        help="global trial budgets per model, comma-separated (default 64)")
+    budget.add_argument("--trials-per-task", type=int_list, default=None,
+                        help="budgets per task: each is multiplied by the model's task count")
+    parser.add_argument("--seeds", type=int_list, default=[0, 1, 2],
+                        help="seeds, comma-separated (default 0,1,2)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default logs/bench/<timestamp>/)")
+    parser.add_argument("--target", default=None, help="harl.tune --target (default: this CPU)")
+    parser.add_argument("--trials-per-batch", type=int, default=None,
+                        help="harl.tune --trials-per-batch (default: harl's choice)")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="interleaved timing rounds per model (default 10)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timings per build per round (default 5)")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse runs whose work dir already holds a report.json")
+    parser.add_argument("--smoke", action="store_true",
+                        help="mlp.onnx, both strategies, 6 trials, seed 0, 3 timing rounds")
+    parser.add_argument("--roofline", action="store_true",
+                        help="FMA peak, numpy BLAS and harl-tuned matmul / conv2d in GFLOP/s")
+    parser.add_argument("--roofline-size", type=int, default=1024,
+                        help="roofline matmul size N (NxN times NxN; default 1024)")
+    parser.add_argument("--conv-size", type=int, default=56,
+                        help="roofline conv2d height = width (64->64 channels, 3x3; default 56)")
+    parser.add_argument("--roofline-trials", type=int, default=64,
+                        help="harl.tune trial budget of each roofline kernel (default 64)")
+    parser.add_argument("--roofline-strategy", default="harl",
+                        help="strategy that tunes the roofline kernels (default harl)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    out = args.out or Path("logs") / "bench" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    header = header_lines(argv)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        print("\n".join(header), flush=True)
+        if args.roofline:
+            from benchlib.roofline import run_roofline
+
+            run_roofline(args, out, header)
+            return 0
+        return run_bench(args, out, header)
+    except (HarlError, OSError) as err:
+        print(f"bench: error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
+    """All runs, then per model the interleaved timing; 1 when some run failed."""
+    if args.smoke:
+        args.models, args.strategies = [str(SMOKE_MODEL)], "harl,metaschedule"
+        args.trials, args.trials_per_task, args.seeds = [6], None, [0]
+        args.rounds, args.repeats = 3, 3
+    if not args.models:
+        raise HarlError("name at least one model (or use --smoke / --roofline)")
+    from harl.search import STRATEGIES
+
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown or not strategies:
+        raise HarlError(f"unknown strategy {unknown or args.strategies!r}; choose from "
+                        f"{', '.join(STRATEGIES)}")
+    if any(n <= 0 for n in (args.trials or []) + (args.trials_per_task or [])):
+        raise HarlError("trial budgets must be positive")
+    models = [resolve_model(spec) for spec in args.models]
+    labels = [model_label(path) for path in models]
+    if len(set(labels)) != len(labels):
+        raise HarlError(f"two models share a name (output folders would clash): {labels}")
+    settings = TimingSettings(rounds=args.rounds, repeats=args.repeats)
+
+    all_runs, references, plots = [], {}, []
+    for path in models:
+        label = model_label(path)
+        if args.trials_per_task:
+            tasks = count_tasks(path, args.target)
+            budgets = [n * tasks for n in args.trials_per_task]
+            print(f"bench: {label}: {tasks} tasks -> global budgets {budgets}", flush=True)
+        else:
+            budgets = args.trials or [64]
+        runs = []
+        for trials in budgets:
+            for seed in args.seeds:
+                for strategy in strategies:
+                    spec = RunSpec(path, label, strategy, trials, seed)
+                    print(f"bench: tuning {label} {strategy} trials={trials} seed={seed} ...",
+                          flush=True)
+                    run = run_tuning(spec, out, args.target, args.trials_per_batch, args.resume)
+                    if run.exit_code != 0:
+                        print(f"bench: run exited {run.exit_code}:\n"
+                              f"{tail(run.work_dir / 'tune_output.txt')}", flush=True)
+                    runs.append(run)
+        references[label] = time_model(path, runs, settings,
+                                       say=lambda msg: print(msg, flush=True))
+        plots.append(plot_model(out / f"{label}_curves.png", label, runs))
+        all_runs += runs
+        # Written after every model, so that a long bench leaves results as it goes.
+        write_runs_csv(out / "runs.csv", all_runs, references)
+        write_summary(out / "summary.md", header, all_runs, references, plots)
+    print()
+    print(markdown_table(SUMMARY_COLUMNS, summary_rows(all_runs, references)))
+    print(f"\nbench: runs.csv, summary.md and plots in {out}")
+    failed = [run for run in all_runs if run.exit_code != 0]
+    if failed:
+        print(f"bench: {len(failed)} of {len(all_runs)} runs failed (see summary.md)",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

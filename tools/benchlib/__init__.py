@@ -1,0 +1,1 @@
+"""Parts of `python tools/bench.py`: runs, curves, interleaved timing, reports, plots, roofline."""

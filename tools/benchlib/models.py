@@ -1,0 +1,49 @@
+"""Which ONNX files a bench names: paths, or `light:NAME` for the ONNX package's test models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harl.errors import HarlError
+
+LIGHT_PREFIX = "light:"
+
+
+def light_models_dir() -> Path:
+    """onnx/backend/test/data/light/ of the installed ONNX package (constant weights)."""
+    import onnx
+
+    return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def light_model_names() -> list[str]:
+    return sorted(p.stem.removeprefix("light_") for p in light_models_dir().glob("light_*.onnx"))
+
+
+def resolve_model(spec: str) -> Path:
+    """A path to an existing ONNX file for `spec`."""
+    if spec.startswith(LIGHT_PREFIX):
+        name = spec[len(LIGHT_PREFIX):]
+        path = light_models_dir() / f"light_{name}.onnx"
+        if not path.is_file():
+            raise HarlError(f"no ONNX light model {name!r}; choose from: "
+                            f"{', '.join(light_model_names())}")
+        return path
+    path = Path(spec)
+    if not path.is_file():
+        raise HarlError(f"model file not found: {spec}")
+    return path
+
+
+def model_label(path: Path) -> str:
+    """Short name for tables and folders: the file stem without the light_ prefix."""
+    return path.stem.removeprefix("light_")
+
+
+def count_tasks(path: Path, target: str | None) -> int:
+    """Number of tuning tasks harl extracts from the model (for per-task budgets)."""
+    from harl.frontend.onnx_model import import_to_relax, load_onnx
+    from harl.frontend.tasks import extract_tasks
+    from harl.target import parse_target
+
+    return len(extract_tasks(import_to_relax(load_onnx(path)), parse_target(target)))

@@ -1,0 +1,184 @@
+"""runs.csv (one row per run) and summary.md (per model and budget, medians over seeds)."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib.curves import Spread, first_reaching, spread
+from benchlib.runs import RunResult
+from benchlib.timing import ONNXRUNTIME, UNTUNED
+
+BASELINE = "metaschedule"
+
+RUN_COLUMNS = ("model", "strategy", "trials", "seed", "exit_code", "tune_wall_s", "process_wall_s",
+               "trials_done", "final_estimate_ms", "latency_ms", "vs_metaschedule",
+               "vs_onnxruntime", "vs_untuned", "verified", "max_abs_err",
+               "build_s_per_trial", "run_s_per_trial", "search_s_per_trial", "work_dir")
+
+
+def baseline_of(run: RunResult, runs: Sequence[RunResult]) -> RunResult | None:
+    """The metaschedule run with the same model, budget and seed."""
+    for other in runs:
+        s, o = run.spec, other.spec
+        if (o.strategy == BASELINE and o.label == s.label and o.trials == s.trials
+                and o.seed == s.seed):
+            return other
+    return None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def vs_baseline(run: RunResult, runs: Sequence[RunResult]) -> float | None:
+    base = baseline_of(run, runs)
+    return ratio(run.latency_ms, base.latency_ms if base else None)
+
+
+def _fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def write_runs_csv(path: Path, runs: Sequence[RunResult],
+                   references: dict[str, dict[str, float]]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(RUN_COLUMNS)
+        for run in runs:
+            refs = references.get(run.spec.label, {})
+            cost = run.cost
+            writer.writerow([_fmt(v) for v in (
+                run.spec.label, run.spec.strategy, run.spec.trials, run.spec.seed, run.exit_code,
+                run.report.get("tune_seconds"), run.process_s, run.report.get("trials_done"),
+                run.final_estimate_ms, run.latency_ms, vs_baseline(run, runs),
+                ratio(run.latency_ms, refs.get(ONNXRUNTIME)),
+                ratio(run.latency_ms, refs.get(UNTUNED)), run.verified, run.max_abs_err,
+                cost.build_s if cost else None, cost.run_s if cost else None,
+                cost.search_s if cost else None, str(run.work_dir))])
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How many seeds' runs reached the baseline's final estimate, and when (median over those)."""
+
+    reached: int
+    seeds: int
+    trials: Spread | None
+    seconds: Spread | None
+
+
+def reach_baseline(group: Sequence[RunResult], runs: Sequence[RunResult]) -> Reach:
+    """Trials and tuning seconds each run needs to reach its metaschedule twin's final estimate."""
+    points, seeds = [], 0
+    for run in group:
+        base = baseline_of(run, runs)
+        if base is None or base.final_estimate_ms is None or not run.curve:
+            continue
+        seeds += 1
+        point = first_reaching(run.curve, base.final_estimate_ms)
+        if point is not None:
+            points.append(point)
+    return Reach(len(points), seeds, spread(p.trials for p in points),
+                 spread(p.seconds for p in points))
+
+
+def _spread_text(s: Spread | None, form: str = ".3g", suffix: str = "") -> str:
+    if s is None:
+        return "n/a"
+    if s.n == 1 or s.low == s.high:
+        return f"{s.median:{form}}{suffix}"
+    return f"{s.median:{form}}{suffix} [{s.low:{form}}, {s.high:{form}}]"
+
+
+def _reach_text(reach: Reach, which: str) -> str:
+    if reach.seeds == 0:
+        return "n/a"
+    if reach.reached == 0:
+        return f"not reached (0/{reach.seeds})"
+    value = reach.trials if which == "trials" else reach.seconds
+    return f"{_spread_text(value)} ({reach.reached}/{reach.seeds})"
+
+
+SUMMARY_COLUMNS = ("model", "trials", "strategy", "latency / metaschedule",
+                   "trials to metaschedule's final", "tuning s to metaschedule's final",
+                   "tuned / onnxruntime", "tuning wall s",
+                   "per trial s: build / run / search+cost model")
+
+
+def summary_rows(runs: Sequence[RunResult],
+                 references: dict[str, dict[str, float]]) -> list[list[str]]:
+    """One row per model x budget x strategy; cells are medians over seeds [min, max]."""
+    keys = sorted({(r.spec.label, r.spec.trials, r.spec.strategy) for r in runs},
+                  key=lambda k: (k[0], k[1], k[2] != BASELINE, k[2]))
+    rows = []
+    for label, trials, strategy in keys:
+        group = [r for r in runs if (r.spec.label, r.spec.trials, r.spec.strategy)
+                 == (label, trials, strategy)]
+        ort = references.get(label, {}).get(ONNXRUNTIME)
+        reach = reach_baseline(group, runs)
+        costs = [r.cost for r in group if r.cost is not None]
+        cost_text = "n/a" if not costs else " / ".join(
+            f"{spread(getattr(c, part) for c in costs).median:.3g}"
+            for part in ("build_s", "run_s", "search_s"))
+        failed = [r for r in group if r.exit_code != 0]
+        strategy_text = strategy + (f" ({len(failed)} of {len(group)} runs failed)"
+                                    if failed else "")
+        rows.append([
+            label, str(trials), strategy_text,
+            _spread_text(spread(vs_baseline(r, runs) for r in group), ".2f", "x"),
+            _reach_text(reach, "trials"), _reach_text(reach, "seconds"),
+            _spread_text(spread(ratio(r.latency_ms, ort) for r in group), ".2f", "x"),
+            _spread_text(spread(r.report.get("tune_seconds") for r in group)),
+            cost_text,
+        ])
+    return rows
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
+                  references: dict[str, dict[str, float]], plots: Sequence[Path]) -> str:
+    """summary.md; returns its text."""
+    seeds = sorted({r.spec.seed for r in runs})
+    parts = ["# harl benchmark", "", "```", *header, "```", "",
+             f"Seeds {', '.join(map(str, seeds))}. Cells are the median over seeds, "
+             "[min, max] when they differ. Latencies come from one process per model that "
+             "compiles every run's database and times all builds, untuned TVM and onnxruntime "
+             "round-robin (medians); only ratios are compared. \"to metaschedule's final\": "
+             "trials and tuning seconds until a run's end-to-end estimate (weighted sum of the "
+             "best measured task latencies, counted once every task is measured) first reaches "
+             "the final estimate of the metaschedule run with the same budget and seed, with "
+             "the number of seeds that reached it; for metaschedule itself, when it reached its "
+             "own final. Per-trial seconds: the loop's wall time per measured trial, split into "
+             "building, running (measuring) and the rest (search strategy, cost model, "
+             "scheduler).", "",
+             markdown_table(SUMMARY_COLUMNS, summary_rows(runs, references)), ""]
+    for label, refs in references.items():
+        verified = [r for r in runs if r.spec.label == label and r.verified is not None]
+        bad = [r.work_dir.name for r in verified if not r.verified]
+        parts.append(f"- {label}: same-process medians onnxruntime {refs[ONNXRUNTIME]:.4g} ms, "
+                     f"untuned TVM {refs[UNTUNED]:.4g} ms; outputs of {len(verified) - len(bad)}"
+                     f"/{len(verified)} tuned builds match onnxruntime"
+                     + (f" (mismatch: {', '.join(bad)})" if bad else ""))
+    failed = [r for r in runs if r.exit_code != 0]
+    for run in failed:
+        parts.append(f"- run {run.spec.label}/{run.work_dir.name} exited {run.exit_code}; "
+                     f"see {run.work_dir / 'tune_output.txt'}")
+    if plots:
+        parts += ["", *(f"![{p.stem}]({p.name})" for p in plots)]
+    text = "\n".join(parts) + "\n"
+    path.write_text(text)
+    return text
