@@ -6,10 +6,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from harl.config import MeasureConfig
+from harl.config import MeasureConfig, RpcConfig
 from harl.frontend.tasks import TuningTask
 from harl.measure.builder import PersistentBuilder
-from harl.measure.runner import local_runner
+from harl.measure.runner import make_runner
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.search import SearchPlan
@@ -57,7 +57,8 @@ def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
-               progress: Progress | None = None) -> tuple[object, list[TaskStats]]:
+               progress: Progress | None = None,
+               rpc: RpcConfig | None = None) -> tuple[object, list[TaskStats]]:
     """Tune `tasks` under one global trial budget; returns the database and per-task stats."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -81,6 +82,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress)
     builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
                                 timeout_s=measure.build_timeout_s)
+    runner = make_runner(measure, rpc)
     try:
         plan.task_scheduler.tune(
             tasks=contexts,
@@ -89,12 +91,18 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             max_trials_per_task=settings.trials,
             num_trials_per_iter=settings.trials_per_batch,
             builder=builder,
-            runner=local_runner(measure),
+            runner=runner,
             measure_callbacks=[*ms.MeasureCallback.create("default"), recorder],
             database=database,
             cost_model=plan.cost_model,
         )
+    except Exception:
+        if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
+            raise runner.lost from None
+        raise
     finally:
         recorder.close()
         builder.shutdown()
+        if hasattr(runner, "shutdown"):
+            runner.shutdown()
     return database, stats
