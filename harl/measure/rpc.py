@@ -92,19 +92,21 @@ class FarmRunner(PyRunner):
             session_timeout_sec=math.ceil(rpc.session_timeout_s))
         self.pool = PopenPoolExecutor(max_workers=workers, timeout=rpc.session_timeout_s)
         self.lost: FarmLostError | None = None
+        self._submitted: list = []  # concurrent futures, cancelled at shutdown
 
     def run(self, runner_inputs: list[RunnerInput]) -> list[RunnerFuture]:
         self._check_farm()
-        return [
-            RPCRunnerFuture(
-                future=self.pool.submit(
-                    _worker_func, None, None, None, None, None,  # TVM's default session steps
-                    self.tvm_rpc_config, self.evaluator_config, 1,
-                    str(item.artifact_path), str(item.device_type),
-                    tuple(arg.as_json() for arg in item.args_info)),
-                timeout_sec=self.rpc.session_timeout_s)
-            for item in runner_inputs
-        ]
+        self._submitted = [future for future in self._submitted if not future.done()]
+        futures = []
+        for item in runner_inputs:
+            future = self.pool.submit(
+                _worker_func, None, None, None, None, None,  # TVM's default session steps
+                self.tvm_rpc_config, self.evaluator_config, 1,
+                str(item.artifact_path), str(item.device_type),
+                tuple(arg.as_json() for arg in item.args_info))
+            self._submitted.append(future)
+            futures.append(RPCRunnerFuture(future=future, timeout_sec=self.rpc.session_timeout_s))
+        return futures
 
     def _check_farm(self) -> None:
         where = f"{self.rpc.tracker_host}:{self.rpc.tracker_port}"
@@ -124,4 +126,7 @@ class FarmRunner(PyRunner):
                            self.rpc.key)
 
     def shutdown(self) -> None:
+        """Drop queued measurements and stop the workers."""
+        for future in self._submitted:
+            future.cancel()  # else the pool restarts a killed worker for each queued one
         self.pool.shutdown(wait=False)
