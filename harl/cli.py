@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trials-per-batch", type=int, default=None,
                         help=_help("trials_per_batch"))
     parser.add_argument("--seed", type=int, default=0, help=_help("seed") + " (default 0)")
+    parser.add_argument("--rpc-tracker", default=None, metavar="HOST:PORT",
+                        help="measure on the TVM RPC tracker at HOST:PORT "
+                             "(default: $TVM_TRACKER_HOST:$TVM_TRACKER_PORT)")
+    parser.add_argument("--rpc-key", default=None,
+                        help="device key of the RPC servers to measure on (default: "
+                             "$TVM_TRACKER_KEY; without a key, candidates are timed locally)")
     parser.add_argument("--quiet", action="store_true", help=_help("quiet"))
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                         help="tune only: skip compiling, checking and timing the tuned model")
@@ -40,11 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> TuneConfig:
+    from harl.measure.rpc import rpc_config_from
+
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
     return TuneConfig(model=args.model, target=args.target, trials=args.trials,
                       work_dir=args.work_dir, strategy=args.strategy, input_shapes=shapes,
                       seed=args.seed, quiet=args.quiet, trials_per_batch=args.trials_per_batch,
-                      evaluate=args.evaluate)
+                      evaluate=args.evaluate,
+                      rpc=rpc_config_from(args.rpc_tracker, args.rpc_key))
 
 
 def run_cli(argv: list[str] | None = None) -> int:

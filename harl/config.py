@@ -27,6 +27,21 @@ class MeasureConfig:
 
 
 @dataclass(frozen=True)
+class RpcConfig:
+    """Where candidates are timed when a TVM RPC device farm measures them."""
+
+    tracker_host: str = doc("host of the TVM RPC tracker")
+    tracker_port: int = doc("port of the TVM RPC tracker")
+    key: str = doc("device key the farm's servers registered under")
+    session_timeout_s: float = doc("seconds one remote measurement may take, waiting for a free "
+                                   "server included; past it the candidate counts as failed",
+                                   default=60.0)
+    answer_timeout_s: float = doc("seconds the tracker has to answer a query", default=5.0)
+    register_wait_s: float = doc("seconds to wait for a server to (re)register under the key "
+                                 "before giving up on the farm", default=3.0)
+
+
+@dataclass(frozen=True)
 class VerifyConfig:
     """How the tuned model is checked against onnxruntime and timed."""
 
@@ -56,6 +71,8 @@ class TuneConfig:
     trials_per_batch: int | None = doc("candidates measured per search round "
                                        "(default: from budget and task count)", default=None)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    rpc: RpcConfig | None = doc("measure on this TVM RPC farm (default: in a local process)",
+                                default=None)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
 
     def resolved_work_dir(self) -> Path:

@@ -6,11 +6,11 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from harl.config import MeasureConfig
+from harl.config import MeasureConfig, RpcConfig
 from harl.frontend.tasks import TuningTask
 from harl.measure.builder import PersistentBuilder
 from harl.measure.clock import StageClock
-from harl.measure.runner import ClockedRunner, local_runner
+from harl.measure.runner import ClockedRunner, make_runner
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.search import SearchPlan
@@ -58,7 +58,8 @@ def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
-               progress: Progress | None = None) -> tuple[object, list[TaskStats]]:
+               progress: Progress | None = None,
+               rpc: RpcConfig | None = None) -> tuple[object, list[TaskStats]]:
     """Tune `tasks` under one global trial budget; returns the database and per-task stats."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -81,7 +82,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
     clock = StageClock()
     # Started before the recorder's clock: its worker's start-up is not a trial's cost.
-    runner = ClockedRunner(local_runner(measure), clock)
+    measuring = make_runner(measure, rpc)
+    runner = ClockedRunner(measuring, clock)
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock)
     builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
                                 timeout_s=measure.build_timeout_s, clock=clock)
@@ -101,9 +103,15 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             database=database,
             cost_model=plan.cost_model,
         )
+    except Exception:
+        if getattr(measuring, "lost", None) is not None:  # the farm died: say so, keep records
+            raise measuring.lost from None
+        raise
     finally:
         recorder.close()
         builder.shutdown()
+        if hasattr(measuring, "shutdown"):
+            measuring.shutdown()
         if plan.on_finish is not None:
             plan.on_finish(work_dir)
     return database, stats

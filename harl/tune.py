@@ -50,6 +50,10 @@ def run(config: TuneConfig, out=None) -> RunReport:
     # 1. Model and target
     model = load_onnx(config.model, config.input_shapes)
     target = parse_target(config.target)
+    if config.rpc is not None:  # fail in seconds, before import and extraction, if nobody serves
+        from harl.measure.rpc import preflight
+
+        preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
     (work_dir / "logs").mkdir(exist_ok=True)
     quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
@@ -62,6 +66,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
     batch = config.trials_per_batch or default_batch_size(config.trials, len(tasks))
     say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
         f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")
+    if config.rpc is not None:
+        say(f"harl: measuring on RPC key {config.rpc.key!r} at "
+            f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
 
     # 2. Tune
     plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores)
@@ -70,7 +77,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     progress = Progress(config.trials, enabled=False if config.quiet else None)
     start = time.monotonic()
     database, stats = tune_tasks(tasks, target, plan, work_dir, settings, config.measure,
-                                 progress)
+                                 progress, rpc=config.rpc)
     tune_seconds = time.monotonic() - start
 
     # 3. Compile, verify, time

@@ -19,14 +19,26 @@ from harl.measure.clock import StageClock
 
 
 def build_in_worker(mod, target) -> str:
-    """Compile one scheduled module and export it as a tar of objects; return its path."""
+    """Compile one scheduled module and export it; return the artifact's path.
+
+    CPU candidates become a tar of objects (as TVM's LocalBuilder exports them); CUDA candidates a
+    shared library whose kernels nvcc compiled here (see harl.measure.cuda_build).
+    """
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
     from tvm.support.tar import tar
 
+    if target.kind.name == "cuda":
+        # Where a CUDA runtime is loaded, the codegen compiles through tvm_callback_cuda_compile,
+        # NVRTC by default; nvcc is what this machine has.
+        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     runtime_mod = tvm.compile(mod, target=target)
     artifact_dir = tempfile.mkdtemp(prefix="harl_build_")
+    if target.kind.name == "cuda":
+        from harl.measure.cuda_build import export_cuda_library
+
+        return export_cuda_library(runtime_mod, target, os.path.join(artifact_dir, "candidate.so"))
     artifact_path = os.path.join(artifact_dir, "candidate." + tar.output_format)
     runtime_mod.export_library(artifact_path, fcompile=tar)
     return artifact_path

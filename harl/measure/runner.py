@@ -1,4 +1,4 @@
-"""Runners that time built candidates."""
+"""Runners that time built candidates: a local process, or the servers of a TVM RPC farm."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
-from harl.config import MeasureConfig
+from harl.config import MeasureConfig, RpcConfig
 from harl.measure.clock import StageClock
 
 
@@ -31,7 +31,8 @@ class ClockedRunner(PyRunner):
     """Adds the wall seconds of each `run` call to a StageClock.
 
     TVM 0.27's LocalRunner measures the whole batch inside `run` (its futures come back done), so
-    this is the loop's full measuring time.
+    this is the loop's full measuring time. The RPC farm's runner returns pending futures, so
+    there only submission is counted (the rest shows as search time).
     """
 
     def __init__(self, inner, clock: StageClock) -> None:
@@ -45,3 +46,12 @@ class ClockedRunner(PyRunner):
             return self.inner.run(runner_inputs)
         finally:
             self.clock.run_s += time.perf_counter() - start
+
+
+def make_runner(config: MeasureConfig, rpc: RpcConfig | None = None):
+    """The local runner, or an RPC runner with one worker per server registered under the key."""
+    if rpc is None:
+        return local_runner(config)
+    from harl.measure.rpc import FarmRunner, preflight
+
+    return FarmRunner(rpc, evaluator_config(config), workers=preflight(rpc))

@@ -1,0 +1,1 @@
+"""A loopback TVM RPC device farm: `python -m harl.farm up|status|down`."""

@@ -1,0 +1,61 @@
+"""`python -m harl.farm up|status|down`: real TVM tracker and servers on 127.0.0.1."""
+
+import os
+import socket
+
+import psutil
+from farm_util import farm_cli, loopback_farm, recorded_processes
+
+from harl.farm.farm import free_port
+from harl.farm.tracker import count_servers
+
+
+def test_up_status_down(tmp_path):
+    with loopback_farm(tmp_path, servers=2, key="test-cpu") as (port, records):
+        tracker, *servers = records
+        assert tracker.role == "tracker" and tracker.port == port and len(servers) == 2
+        assert count_servers("127.0.0.1", port, "test-cpu") == 2
+        # Detached: each process leads its own session, so it outlives the shell that started it.
+        for record in records:
+            assert os.getsid(record.pid) == record.pid
+        # Pinned to separate cores where there are enough of them.
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) >= 2:
+            assert [s.core for s in servers] == cores[:2]
+            for server in servers:
+                assert psutil.Process(server.pid).cpu_affinity() == [server.core]
+        # Every listener binds the loopback address only.
+        for record in records:
+            listening = [c.laddr for proc in [psutil.Process(record.pid)]
+                         for c in proc.net_connections() if c.status == psutil.CONN_LISTEN]
+            listening += [c.laddr for child in psutil.Process(record.pid).children(True)
+                          for c in child.net_connections() if c.status == psutil.CONN_LISTEN]
+            assert listening and all(addr.ip == "127.0.0.1" for addr in listening)
+
+        status = farm_cli(tmp_path, "status")
+        assert status.returncode == 0, status.stderr
+        assert f"tracker 127.0.0.1:{port}" in status.stdout
+        assert "key 'test-cpu': 2 servers, 2 free, 0 busy" in status.stdout
+
+        again = farm_cli(tmp_path, "up", "--servers", 1, "--key", "x", "--port", free_port())
+        assert again.returncode == 2 and "a farm is already up" in again.stderr
+    assert not (tmp_path / "farm.json").exists()
+    status = farm_cli(tmp_path, "status")
+    assert status.returncode == 1 and "no farm is up" in status.stdout
+
+
+def test_busy_port_is_one_line_and_starts_nothing(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = farm_cli(tmp_path, "up", "--servers", 1, "--key", "b", "--port", port)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"harl: error: port 127.0.0.1:{port} is in use; pick another with --port"]
+    assert recorded_processes(tmp_path) == []
+
+
+def test_down_without_farm_is_harmless(tmp_path):
+    proc = farm_cli(tmp_path, "down")
+    assert proc.returncode == 0 and "no farm is up" in proc.stdout

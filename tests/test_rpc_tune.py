@@ -1,0 +1,146 @@
+"""`python -m harl.tune --rpc-tracker/--rpc-key` on a loopback farm of real TVM RPC servers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, ROOT
+from farm_util import loopback_farm
+
+from harl.config import RpcConfig
+from harl.errors import HarlError
+from harl.farm.farm import free_port
+from harl.measure.rpc import rpc_config_from
+
+
+def harl_tune(*args, timeout=600, **popen):
+    return subprocess.run([sys.executable, "-m", "harl.tune", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, **popen)
+
+
+def history_rows(work_dir: Path) -> list[dict]:
+    path = work_dir / "history.csv"
+    return list(csv.DictReader(path.open())) if path.exists() else []
+
+
+def kill_group(pid: int) -> None:
+    os.killpg(pid, signal.SIGKILL)  # the server, its popen worker and any session process
+
+
+def start_tune(work_dir: Path, port: int, key: str, trials: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "harl.tune", str(EXAMPLES / "mlp.onnx"), "--trials", str(trials),
+         "--trials-per-batch", "2", "--work-dir", str(work_dir),
+         "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", key],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rows(work_dir: Path, proc: subprocess.Popen, n: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while len(history_rows(work_dir)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no trial measured in time"
+        time.sleep(0.2)
+
+
+def test_flags_fall_back_to_tvm_environment_variables():
+    env = {"TVM_TRACKER_HOST": "10.0.0.5", "TVM_TRACKER_PORT": "9191", "TVM_TRACKER_KEY": "gpu"}
+    assert rpc_config_from(None, None, env) == RpcConfig("10.0.0.5", 9191, "gpu")
+    assert rpc_config_from("127.0.0.1:9000", "cpu", env) == RpcConfig("127.0.0.1", 9000, "cpu")
+    assert rpc_config_from(None, None, {}) is None
+    with pytest.raises(HarlError, match="needs --rpc-tracker"):
+        rpc_config_from(None, "cpu", {})
+    with pytest.raises(HarlError, match="needs --rpc-key"):
+        rpc_config_from("127.0.0.1:9000", None, {})
+    with pytest.raises(HarlError, match="malformed --rpc-tracker"):
+        rpc_config_from("localhost", "cpu", {})
+
+
+def test_tunes_through_two_servers_and_survives_losing_one(tmp_path):
+    with loopback_farm(tmp_path / "farm", servers=2, key="test-cpu") as (port, records):
+        servers = [r for r in records if r.role == "server"]
+        work_dir = tmp_path / "run"
+        proc = start_tune(work_dir, port, "test-cpu", trials=6)
+        try:
+            wait_for_rows(work_dir, proc, 2)
+            # Both servers measured the first batch, in parallel (one runner worker each).
+            for server in servers:
+                assert "load_module" in Path(server.log).read_text(), server.log
+            rows_before_kill = len(history_rows(work_dir))
+            kill_group(servers[0].pid)
+            out, err = proc.communicate(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err[-3000:]
+        assert "verified                 true" in out
+        report = json.loads((work_dir / "report.json").read_text())
+        assert report["verified"] is True and report["trials_done"] >= 6
+        after = history_rows(work_dir)[rows_before_kill:]
+        failed = [row for row in after if not row["latency_ms"]]
+        # At most the candidates in flight on the dead server are lost; they keep their error.
+        assert len(failed) <= 2 and all(row["error"] for row in failed)
+        assert len(after) - len(failed) >= 2  # measured on the server left
+        records_kept = (work_dir / "database_tuning_record.json").read_text().splitlines()
+        assert len(records_kept) == report["trials_done"]
+
+
+def test_unknown_key_fails_fast_in_one_line(tmp_path):
+    from tvm.rpc.tracker import Tracker
+
+    port = free_port()
+    tracker = Tracker(host="127.0.0.1", port=port, port_end=port + 1, silent=True)
+    try:
+        start = time.monotonic()
+        proc = harl_tune(EXAMPLES / "mlp.onnx", "--work-dir", tmp_path, "--rpc-tracker",
+                         f"127.0.0.1:{port}", "--rpc-key", "nobody", timeout=120)
+        elapsed = time.monotonic() - start
+    finally:
+        tracker.terminate()
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"harl: error: no RPC server registered under key 'nobody' at 127.0.0.1:{port}"]
+    assert elapsed < 30  # import of TVM + ONNX load + 3 s of polling; TVM alone waits forever
+
+
+def test_tracker_that_does_not_answer_fails_fast(tmp_path):
+    # A socket that accepts connections but never replies, and a port nobody listens on.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        for port in (silent.getsockname()[1], free_port()):
+            start = time.monotonic()
+            proc = harl_tune(EXAMPLES / "mlp.onnx", "--work-dir", tmp_path, "--rpc-tracker",
+                             f"127.0.0.1:{port}", "--rpc-key", "x", timeout=120)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+            assert lines[0].startswith(f"harl: error: RPC tracker 127.0.0.1:{port} does not answer")
+            assert time.monotonic() - start < 30
+
+
+@pytest.mark.slow
+def test_losing_the_whole_farm_ends_the_run_and_keeps_records(tmp_path):
+    with loopback_farm(tmp_path / "farm", servers=1, key="test-cpu") as (port, records):
+        work_dir = tmp_path / "run"
+        proc = start_tune(work_dir, port, "test-cpu", trials=64)
+        try:
+            wait_for_rows(work_dir, proc, 2)
+            kill_group(next(r for r in records if r.role == "server").pid)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == [
+        f"harl: error: no RPC server is left under key 'test-cpu' at 127.0.0.1:{port}"]
+    kept = (work_dir / "database_tuning_record.json").read_text().splitlines()
+    assert len(kept) >= 2 and len(kept) == len(history_rows(work_dir))
