@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harl.config import MeasureConfig
+from harl.database import RECORD_FILE, WORKLOAD_FILE
 from harl.frontend.tasks import TuningTask
+from harl.interrupt import InterruptGuard, interrupt_flag
 from harl.measure.builder import PersistentBuilder
-from harl.measure.runner import local_runner
+from harl.measure.runner import local_runner, shutdown_runner
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
+from harl.resume import PriorRun, warm_start_cost_model
 from harl.search import SearchPlan
-
-WORKLOAD_FILE = "database_workload.json"
-RECORD_FILE = "database_tuning_record.json"
+from harl.stoppable_search import StoppableSearch
 
 
 @dataclass
@@ -26,6 +28,16 @@ class LoopSettings:
     trials_per_batch: int
     seed: int
     num_cores: int
+
+
+@dataclass
+class LoopResume:
+    """Where a loop starts: the database, per-task stats, and an earlier run's records if any."""
+
+    database: object  # ms.Database
+    stats: list[TaskStats]
+    prior: PriorRun | None = None
+    time_offset_s: float = 0.0  # the earlier run's last history.csv time
 
 
 def default_batch_size(trials: int, n_tasks: int) -> int:
@@ -57,44 +69,65 @@ def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
-               progress: Progress | None = None) -> tuple[object, list[TaskStats]]:
-    """Tune `tasks` under one global trial budget; returns the database and per-task stats."""
+               progress: Progress | None = None, resume: LoopResume | None = None,
+               say: Callable[[str], None] | None = None,
+               builder=None, runner=None) -> tuple[object, list[TaskStats]]:
+    """Tune `tasks` for `settings.trials` more trials; returns the database and per-task stats.
+
+    `resume` carries an earlier run's database, stats and records (see harl.resume); `builder`
+    and `runner` replace harl's local ones (tests inject failing ones).
+    """
     from tvm.s_tir import meta_schedule as ms
 
     (work_dir / "logs").mkdir(parents=True, exist_ok=True)
-    database = open_database(work_dir)
+    if resume is None:
+        resume = LoopResume(open_database(work_dir),
+                            [TaskStats(task.name, task.weight, task.flop) for task in tasks])
+    database, stats = resume.database, resume.stats
+    recorder = TrialRecorder(stats, work_dir / "history.csv", progress,
+                             max_failed_batches=measure.max_failed_batches, say=say,
+                             time_offset_s=resume.time_offset_s)
+    own_builder = builder is None
+    if own_builder:
+        builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
+                                    timeout_s=measure.build_timeout_s)
+    if runner is None:
+        runner = local_runner(measure)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
-    contexts = [
-        ms.TuneContext(
-            mod=task.mod,
-            target=target,
-            space_generator=plan.space_generator,
-            search_strategy=plan.make_search_strategy(index),
-            task_name=task.name,
-            logger=_task_logger(work_dir, index, task.name),
-            rand_state=seed,
-            num_threads=settings.num_cores,
-        ).clone()
-        for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True))
-    ]
-    stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
-    recorder = TrialRecorder(stats, work_dir / "history.csv", progress)
-    builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
-                                timeout_s=measure.build_timeout_s)
     try:
-        plan.task_scheduler.tune(
-            tasks=contexts,
-            task_weights=[task.weight for task in tasks],
-            max_trials_global=settings.trials,
-            max_trials_per_task=settings.trials,
-            num_trials_per_iter=settings.trials_per_batch,
-            builder=builder,
-            runner=local_runner(measure),
-            measure_callbacks=[*ms.MeasureCallback.create("default"), recorder],
-            database=database,
-            cost_model=plan.cost_model,
-        )
+        with interrupt_flag() as interrupt:
+            contexts = [
+                ms.TuneContext(
+                    mod=task.mod,
+                    target=target,
+                    space_generator=plan.space_generator,
+                    search_strategy=StoppableSearch(plan.make_search_strategy(index), index,
+                                                    recorder.should_stop, interrupt),
+                    task_name=task.name,
+                    logger=_task_logger(work_dir, index, task.name),
+                    rand_state=seed,
+                    num_threads=settings.num_cores,
+                ).clone()
+                for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True))
+            ]
+            if resume.prior is not None and resume.prior.trials:
+                warm_start_cost_model(plan.cost_model, contexts, resume.prior)
+            plan.task_scheduler.tune(
+                tasks=contexts,
+                task_weights=[task.weight for task in tasks],
+                max_trials_global=settings.trials,
+                max_trials_per_task=settings.trials,
+                num_trials_per_iter=settings.trials_per_batch,
+                builder=builder,
+                runner=runner,
+                measure_callbacks=[InterruptGuard(interrupt),
+                                   *ms.MeasureCallback.create("default"), recorder],
+                database=database,
+                cost_model=plan.cost_model,
+            )
     finally:
         recorder.close()
-        builder.shutdown()
+        if own_builder:
+            builder.shutdown()
+        shutdown_runner(runner)
     return database, stats

@@ -14,6 +14,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
+from harl.measure.worker_lifetime import worker_initializer
+
 
 def build_in_worker(mod, target) -> str:
     """Compile one scheduled module and export it as a tar of objects; return its path."""
@@ -46,6 +48,7 @@ class PersistentBuilder(PyBuilder):
                 max_workers=self.max_workers,
                 timeout=self.timeout_s,
                 maximum_process_uses=self.max_uses,
+                initializer=worker_initializer(),
             )
         return self._pool
 
