@@ -10,7 +10,12 @@ from pathlib import Path
 from harl.config import MeasureConfig
 from harl.database import RECORD_FILE, WORKLOAD_FILE
 from harl.frontend.tasks import TuningTask
-from harl.interrupt import InterruptGuard, interrupt_flag
+from harl.interrupt import (
+    InterruptibleCostModel,
+    InterruptibleRunner,
+    UnlessInterrupted,
+    interrupt_flag,
+)
 from harl.measure.builder import PersistentBuilder
 from harl.measure.runner import local_runner, shutdown_runner
 from harl.report.history import TaskStats, TrialRecorder
@@ -67,6 +72,14 @@ def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:
     return logger
 
 
+def _default_callbacks(interrupt) -> list:
+    """MetaSchedule's (commit to the database, remove artifacts, update the cost model)."""
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, UpdateCostModel
+
+    return [UnlessInterrupted(callback, interrupt) if isinstance(callback, UpdateCostModel)
+            else callback for callback in MeasureCallback.create("default")]
+
+
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
@@ -87,15 +100,16 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress,
                              max_failed_batches=measure.max_failed_batches, say=say,
                              time_offset_s=resume.time_offset_s)
-    own_builder = builder is None
-    if own_builder:
-        builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
-                                    timeout_s=measure.build_timeout_s)
-    if runner is None:
-        runner = local_runner(measure)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
+    own_builder, own_runner = builder is None, runner is None
     try:
         with interrupt_flag() as interrupt:
+            if own_builder:
+                builder = PersistentBuilder(
+                    max_workers=measure.builder_workers or settings.num_cores,
+                    timeout_s=measure.build_timeout_s, interrupt=interrupt)
+            if own_runner:
+                runner = local_runner(measure)
             contexts = [
                 ms.TuneContext(
                     mod=task.mod,
@@ -119,15 +133,15 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 max_trials_per_task=settings.trials,
                 num_trials_per_iter=settings.trials_per_batch,
                 builder=builder,
-                runner=runner,
-                measure_callbacks=[InterruptGuard(interrupt),
-                                   *ms.MeasureCallback.create("default"), recorder],
+                runner=InterruptibleRunner(runner, interrupt),
+                measure_callbacks=[*_default_callbacks(interrupt), recorder],
                 database=database,
-                cost_model=plan.cost_model,
+                cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
             )
     finally:
         recorder.close()
-        if own_builder:
+        if own_builder and builder is not None:
             builder.shutdown()
-        shutdown_runner(runner)
+        if own_runner and runner is not None:
+            shutdown_runner(runner)
     return database, stats
