@@ -1,6 +1,7 @@
 """A task whose candidates keep failing is stopped; the others go on (real MetaSchedule loop,
 fake builder and runner)."""
 
+import json
 import math
 import os
 import tempfile
@@ -82,3 +83,26 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
     records = (tmp_path / "database_tuning_record.json").read_text().splitlines()
     history = (tmp_path / "history.csv").read_text().splitlines()
     assert len(records) == len(history) - 1 == good.trials + bad.trials
+
+
+def test_real_candidates_past_their_run_timeout_are_failures_and_the_task_stops(tmp_path):
+    """Real builds, TVM's LocalRunner with a timeout nothing can meet, the real loop."""
+    target = parse_target(None)
+    load_tensor_intrinsics(target)
+    plan = SearchPlan(task_scheduler=ms.task_scheduler.RoundRobin(),
+                      cost_model=ms.cost_model.RandomModel(),
+                      make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace())
+    said = []
+    _, (stats,) = tune_tasks([TuningTask("matmul", matmul_module(32), 1.0, 2 * 32**3)],
+                             target, plan, tmp_path,
+                             LoopSettings(trials=6, trials_per_batch=2, seed=0, num_cores=1),
+                             MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1),
+                             say=said.append)
+    assert stats.stopped and stats.trials == stats.failures == 2
+    assert "Timeout" in stats.last_error
+    assert len(said) == 1 and "stopped task 0 (matmul)" in said[0]
+    history = (tmp_path / "history.csv").read_text().splitlines()[1:]
+    assert len(history) == 2 and all("Timeout" in row for row in history)
+    records = [json.loads(line) for line in
+               (tmp_path / "database_tuning_record.json").read_text().splitlines()]
+    assert [record[1][1] for record in records] == [[1e10]] * 2  # failed, yet recorded
