@@ -113,14 +113,14 @@ class PriorRun:
     @staticmethod
     def read(database, task_mods: list) -> PriorRun:
         """Group the database's records by task (records of other workloads are ignored)."""
-        workloads = [database.commit_workload(mod) if database.has_workload(mod) else None
-                     for mod in task_mods]
+        # The database hands out one Workload object per workload; TVM objects hash by identity.
+        task_of = {database.commit_workload(mod): index
+                   for index, mod in enumerate(task_mods) if database.has_workload(mod)}
         records: list[list] = [[] for _ in task_mods]
         for record in database.get_all_tuning_records():
-            for index, workload in enumerate(workloads):
-                if workload is not None and record.workload.same_as(workload):
-                    records[index].append(record)
-                    break
+            index = task_of.get(record.workload)
+            if index is not None:
+                records[index].append(record)
         return PriorRun(records)
 
     @property
