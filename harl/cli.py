@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 import sys
 from pathlib import Path
 
-from harl.config import TuneConfig
+from harl.config import MeasureConfig, TuneConfig
 from harl.errors import HarlError
 from harl.frontend.onnx_model import parse_input_shape
 from harl.search import STRATEGIES
 
 
-def _help(name: str) -> str:
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(TuneConfig)}[name]
+def _help(name: str, config=TuneConfig) -> str:
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(config)}[name]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rpc-key", default=None,
                         help="device key of the RPC servers to measure on (default: "
                              "$TVM_TRACKER_KEY; without a key, candidates are timed locally)")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--resume", dest="fresh", action="store_false", default=False,
+                       help="continue the run already in the work dir (the default)")
+    start.add_argument("--fresh", action="store_true", default=False, help=_help("fresh"))
+    measure = MeasureConfig()
+    parser.add_argument("--build-timeout", type=float, default=measure.build_timeout_s,
+                        help=_help("build_timeout_s", MeasureConfig)
+                        + f" (default {measure.build_timeout_s:g})")
+    parser.add_argument("--run-timeout", type=float, default=measure.run_timeout_s,
+                        help=_help("run_timeout_s", MeasureConfig)
+                        + f" (default {measure.run_timeout_s:g})")
     parser.add_argument("--quiet", action="store_true", help=_help("quiet"))
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                         help="tune only: skip compiling, checking and timing the tuned model")
@@ -49,17 +61,26 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
     from harl.measure.rpc import rpc_config_from
 
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
+    if args.build_timeout <= 0 or args.run_timeout <= 0:
+        raise HarlError("--build-timeout and --run-timeout must be positive numbers of seconds")
+    measure = MeasureConfig(build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout)
     return TuneConfig(model=args.model, target=args.target, trials=args.trials,
                       work_dir=args.work_dir, strategy=args.strategy, input_shapes=shapes,
                       seed=args.seed, quiet=args.quiet, trials_per_batch=args.trials_per_batch,
-                      evaluate=args.evaluate,
+                      evaluate=args.evaluate, fresh=args.fresh, measure=measure,
                       rpc=rpc_config_from(args.rpc_tracker, args.rpc_key))
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command that continues an interrupted run: the same one, without --fresh."""
+    return shlex.join(["python", "-m", "harl.tune", *(a for a in argv if a != "--fresh")])
 
 
 def run_cli(argv: list[str] | None = None) -> int:
     """Parse flags, run, and turn known failures into one line on stderr."""
     from harl.tune import run
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
         run(config_from_args(args))
@@ -69,7 +90,8 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"harl: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print("\nharl: interrupted; trials measured so far are in the work dir's database",
-              file=sys.stderr)
+        work_dir = args.work_dir or TuneConfig(model=args.model).resolved_work_dir()
+        print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
+              f"resume with: {resume_command(argv)}", file=sys.stderr)
         return 130
     return 0

@@ -24,6 +24,8 @@ class MeasureConfig:
                              default=40)
     builder_workers: int | None = doc("parallel build processes (default: the CPU count)",
                                       default=None)
+    max_failed_batches: int = doc("stop a task after this many batches in a row in which every "
+                                  "candidate failed", default=3)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class TuneConfig:
                          default=True)
     trials_per_batch: int | None = doc("candidates measured per search round "
                                        "(default: from budget and task count)", default=None)
+    fresh: bool = doc("start over: move an earlier run in the work dir aside instead of "
+                      "resuming it", default=False)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RpcConfig | None = doc("measure on this TVM RPC farm (default: in a local process)",
                                 default=None)

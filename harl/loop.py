@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from harl.config import MeasureConfig, RpcConfig
+from harl.database import RECORD_FILE, WORKLOAD_FILE
 from harl.frontend.tasks import TuningTask
+from harl.interrupt import (
+    InterruptibleCostModel,
+    InterruptibleRunner,
+    UnlessInterrupted,
+    interrupt_flag,
+)
 from harl.measure.builder import PersistentBuilder
 from harl.measure.clock import StageClock
-from harl.measure.runner import ClockedRunner, make_runner
+from harl.measure.runner import ClockedRunner, make_runner, shutdown_runner
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
+from harl.resume import PriorRun, warm_start_cost_model
 from harl.search import SearchPlan
-
-WORKLOAD_FILE = "database_workload.json"
-RECORD_FILE = "database_tuning_record.json"
+from harl.stoppable_search import StoppableSearch
 
 
 @dataclass
@@ -27,6 +34,16 @@ class LoopSettings:
     trials_per_batch: int
     seed: int
     num_cores: int
+
+
+@dataclass
+class LoopResume:
+    """Where a loop starts: the database, per-task stats, and an earlier run's records if any."""
+
+    database: object  # ms.Database
+    stats: list[TaskStats]
+    prior: PriorRun | None = None
+    time_offset_s: float = 0.0  # the earlier run's last history.csv time
 
 
 def default_batch_size(trials: int, n_tasks: int) -> int:
@@ -56,62 +73,87 @@ def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:
     return logger
 
 
+def _default_callbacks(interrupt) -> list:
+    """MetaSchedule's (commit to the database, remove artifacts, update the cost model)."""
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback, UpdateCostModel
+
+    return [UnlessInterrupted(callback, interrupt) if isinstance(callback, UpdateCostModel)
+            else callback for callback in MeasureCallback.create("default")]
+
+
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
-               progress: Progress | None = None,
-               rpc: RpcConfig | None = None) -> tuple[object, list[TaskStats]]:
-    """Tune `tasks` under one global trial budget; returns the database and per-task stats."""
+               progress: Progress | None = None, resume: LoopResume | None = None,
+               say: Callable[[str], None] | None = None, rpc: RpcConfig | None = None,
+               builder=None, runner=None) -> tuple[object, list[TaskStats]]:
+    """Tune `tasks` for `settings.trials` more trials; returns the database and per-task stats.
+
+    `resume` carries an earlier run's database, stats and records (see harl.resume); `rpc`
+    measures on a device farm; `builder` and `runner` replace harl's own (tests inject failing
+    ones).
+    """
     from tvm.s_tir import meta_schedule as ms
 
     (work_dir / "logs").mkdir(parents=True, exist_ok=True)
-    database = open_database(work_dir)
-    seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
-    contexts = [
-        ms.TuneContext(
-            mod=task.mod,
-            target=target,
-            space_generator=plan.space_generator,
-            search_strategy=plan.make_search_strategy(index),
-            task_name=task.name,
-            logger=_task_logger(work_dir, index, task.name),
-            rand_state=seed,
-            num_threads=settings.num_cores,
-        ).clone()
-        for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True))
-    ]
-    stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
+    if resume is None:
+        resume = LoopResume(open_database(work_dir),
+                            [TaskStats(task.name, task.weight, task.flop) for task in tasks])
+    database, stats = resume.database, resume.stats
+    own_builder, own_runner = builder is None, runner is None
     clock = StageClock()
     # Started before the recorder's clock: its worker's start-up is not a trial's cost.
-    measuring = make_runner(measure, rpc)
-    runner = ClockedRunner(measuring, clock)
-    recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock)
-    builder = PersistentBuilder(max_workers=measure.builder_workers or settings.num_cores,
-                                timeout_s=measure.build_timeout_s, clock=clock)
-    if plan.on_start is not None:
-        plan.on_start(work_dir)
+    runner = make_runner(measure, rpc) if own_runner else runner
+    recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock,
+                             max_failed_batches=measure.max_failed_batches, say=say,
+                             time_offset_s=resume.time_offset_s)
+    seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
     try:
-        plan.task_scheduler.tune(
-            tasks=contexts,
-            task_weights=[task.weight for task in tasks],
-            max_trials_global=settings.trials,
-            max_trials_per_task=settings.trials,
-            num_trials_per_iter=settings.trials_per_batch,
-            builder=builder,
-            runner=runner,
-            measure_callbacks=[*ms.MeasureCallback.create("default"), recorder,
-                               *plan.measure_callbacks],
-            database=database,
-            cost_model=plan.cost_model,
-        )
+        with interrupt_flag() as interrupt:
+            if own_builder:
+                builder = PersistentBuilder(
+                    max_workers=measure.builder_workers or settings.num_cores,
+                    timeout_s=measure.build_timeout_s, clock=clock, interrupt=interrupt)
+            contexts = [
+                ms.TuneContext(
+                    mod=task.mod,
+                    target=target,
+                    space_generator=plan.space_generator,
+                    search_strategy=StoppableSearch(plan.make_search_strategy(index), index,
+                                                    recorder.should_stop, interrupt),
+                    task_name=task.name,
+                    logger=_task_logger(work_dir, index, task.name),
+                    rand_state=seed,
+                    num_threads=settings.num_cores,
+                ).clone()
+                for index, (task, seed) in enumerate(zip(tasks, seeds, strict=True))
+            ]
+            if resume.prior is not None and resume.prior.trials:
+                warm_start_cost_model(plan.cost_model, contexts, resume.prior)
+            if plan.on_start is not None:
+                plan.on_start(work_dir)
+            plan.task_scheduler.tune(
+                tasks=contexts,
+                task_weights=[task.weight for task in tasks],
+                max_trials_global=settings.trials,
+                max_trials_per_task=settings.trials,
+                num_trials_per_iter=settings.trials_per_batch,
+                builder=builder,
+                runner=InterruptibleRunner(ClockedRunner(runner, clock), interrupt),
+                measure_callbacks=[*_default_callbacks(interrupt), recorder,
+                                   *plan.measure_callbacks],
+                database=database,
+                cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
+            )
     except Exception:
-        if getattr(measuring, "lost", None) is not None:  # the farm died: say so, keep records
-            raise measuring.lost from None
+        if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
+            raise runner.lost from None
         raise
     finally:
         recorder.close()
-        builder.shutdown()
-        if hasattr(measuring, "shutdown"):
-            measuring.shutdown()
+        if own_builder and builder is not None:
+            builder.shutdown()
+        if own_runner and runner is not None:
+            shutdown_runner(runner)
         if plan.on_finish is not None:
             plan.on_finish(work_dir)
     return database, stats

@@ -20,9 +20,11 @@ from harl.evaluate import (
 )
 from harl.frontend.onnx_model import OnnxModel, import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
-from harl.loop import LoopSettings, default_batch_size, tune_tasks
+from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
+from harl.report.history import TaskStats, last_history_time_s
 from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
+from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.target import is_gpu, local_cpu_count, parse_target
 from harl.tvm_env import load_tensor_intrinsics, quiet_tvm_loggers
@@ -40,6 +42,15 @@ def prepare_work_dir(path: Path) -> Path:
     return path
 
 
+def resume_state(work_dir: Path, tasks) -> LoopResume:
+    """The work dir's database and what it already holds for each task."""
+    database = open_database(work_dir)
+    prior = PriorRun.read(database, [task.mod for task in tasks])
+    stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
+    prior.seed_stats(stats)
+    return LoopResume(database, stats, prior, last_history_time_s(work_dir / "history.csv"))
+
+
 def run(config: TuneConfig, out=None) -> RunReport:
     """Tune one model end to end and return its report (also written to the work dir)."""
     out = out if out is not None else sys.stdout
@@ -47,7 +58,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     if config.trials <= 0:
         raise HarlError(f"--trials must be a positive number, got {config.trials}")
 
-    # 1. Model and target
+    # 1. Model, target, and the work dir's earlier run if any
     model = load_onnx(config.model, config.input_shapes)
     target = parse_target(config.target)
     if config.rpc is not None:  # fail in seconds, before import and extraction, if nobody serves
@@ -55,6 +66,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
         preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
+    claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy),
+                   config.fresh, say)
     (work_dir / "logs").mkdir(exist_ok=True)
     quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
     load_tensor_intrinsics(target)
@@ -69,25 +82,36 @@ def run(config: TuneConfig, out=None) -> RunReport:
     if config.rpc is not None:
         say(f"harl: measuring on RPC key {config.rpc.key!r} at "
             f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
+    resume = resume_state(work_dir, tasks)
+    remaining = config.trials - resume.prior.trials
+    if resume.prior.trials:
+        say(f"harl: resuming: {resume.prior.trials} trials already in the database, "
+            + (f"{remaining} to go" if remaining > 0 else
+               f"the budget of {config.trials} is spent; going straight to compile and verify"))
 
     # 2. Tune
-    plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores)
-    settings = LoopSettings(trials=config.trials, trials_per_batch=batch, seed=config.seed,
-                            num_cores=num_cores)
-    progress = Progress(config.trials, enabled=False if config.quiet else None)
     start = time.monotonic()
-    database, stats = tune_tasks(tasks, target, plan, work_dir, settings, config.measure,
-                                 progress, rpc=config.rpc)
+    plan = None
+    if remaining > 0:
+        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores)
+        settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
+                                num_cores=num_cores)
+        progress = Progress(config.trials, enabled=False if config.quiet else None,
+                            done_before=resume.prior.trials)
+        tune_tasks(tasks, target, plan, work_dir, settings, config.measure, progress, resume, say,
+                   rpc=config.rpc)
+    database, stats = resume.database, resume.stats
     tune_seconds = time.monotonic() - start
 
     # 3. Compile, verify, time
     report = RunReport(
         model=str(config.model), target=str(target), strategy=config.strategy,
-        trials=config.trials, trials_done=sum(s.trials for s in stats), seed=config.seed,
+        trials=config.trials, trials_done=sum(s.trials for s in stats),
+        trials_resumed=resume.prior.trials, seed=config.seed,
         tune_seconds=round(tune_seconds, 2), tasks=task_summaries(stats),
         work_dir=str(work_dir),
-        agent_seconds={k: round(v, 3) for k, v in (plan.metrics.totals if plan.metrics else {}
-                                                   ).items()},
+        agent_seconds={k: round(v, 3) for k, v in (
+            plan.metrics.totals if plan is not None and plan.metrics else {}).items()},
     )
     if config.evaluate:
         say("harl: compiling and verifying against onnxruntime ...")

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 
@@ -80,6 +81,7 @@ def test_harl_strategy_end_to_end(tmp_path):
     ([EXAMPLES / "mlp.onnx", "--trials", "0"], "--trials must be a positive number"),
     ([EXAMPLES / "mlp.onnx", "--target", "bogus"], "unknown target"),
     ([EXAMPLES / "mlp.onnx", "--input-shape", "input:1,x"], "malformed --input-shape"),
+    ([EXAMPLES / "mlp.onnx", "--run-timeout", "0"], "must be positive numbers of seconds"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     proc = harl_tune(*args, timeout=120)
@@ -93,3 +95,30 @@ def test_unwritable_work_dir(tmp_path):
     blocker.write_text("")
     proc = harl_tune(EXAMPLES / "mlp.onnx", "--work-dir", blocker / "sub", timeout=120)
     assert proc.returncode == 2 and "cannot write to work dir" in proc.stderr
+
+
+def test_rerun_with_the_budget_spent_goes_straight_to_verification(mlp_run, tmp_path):
+    proc, work_dir = mlp_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(work_dir, tmp_path / "run")
+    records = (tmp_path / "run" / "database_tuning_record.json").read_text()
+    rerun = harl_tune(EXAMPLES / "mlp.onnx", "--trials", 6, "--trials-per-batch", 2,
+                      "--work-dir", tmp_path / "run")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (f"resuming: {len(records.splitlines())} trials already in the database, the budget "
+            "of 6 is spent; going straight to compile and verify") in rerun.stdout
+    assert "verified                 true" in rerun.stdout
+    assert (tmp_path / "run" / "database_tuning_record.json").read_text() == records
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["trials_resumed"] == report["trials_done"] == len(records.splitlines())
+    assert f"({report['trials_resumed']} resumed)" in rerun.stdout
+
+
+def test_another_model_in_the_same_work_dir_is_refused(mlp_run, tiny_matmul, tmp_path):
+    proc, work_dir = mlp_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(work_dir, tmp_path / "run")
+    other = harl_tune(tiny_matmul, "--work-dir", tmp_path / "run", timeout=120)
+    assert other.returncode == 2 and "Traceback" not in other.stderr
+    (line,) = other.stderr.strip().splitlines()
+    assert "holds a run of model" in line and "mlp.onnx" in line and "--fresh" in line

@@ -17,7 +17,7 @@ def ok(*secs):
 def test_trial_latency_of_success_and_failures():
     assert math.isclose(trial_latency_s(*ok(1e-3, 3e-3))[0], 2e-3)
     latency, error = trial_latency_s(BuilderResult(None, "boom\ntrace"), None)
-    assert latency == math.inf and error == "boom"
+    assert latency == math.inf and error == "boom ... trace"
     latency, error = trial_latency_s(BuilderResult("a.tar", None), RunnerResult(None, "crash"))
     assert latency == math.inf and error == "crash"
 

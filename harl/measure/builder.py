@@ -7,15 +7,18 @@ after `max_uses` builds to bound the leak that made TVM restart them.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import tempfile
 import time
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.support.popen_pool import PopenPoolExecutor
 
+from harl.interrupt import InterruptFlag
 from harl.measure.clock import StageClock
+from harl.measure.worker_lifetime import worker_initializer
 
 
 def build_in_worker(mod, target) -> str:
@@ -49,12 +52,14 @@ class PersistentBuilder(PyBuilder):
     """Builds candidates in a pool of long-lived worker processes; failures become error results."""
 
     def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
-                 clock: StageClock | None = None) -> None:
+                 clock: StageClock | None = None,
+                 interrupt: InterruptFlag | None = None) -> None:
         super().__init__()
         self.clock = clock
         self.max_workers = max_workers
         self.timeout_s = timeout_s
         self.max_uses = max_uses
+        self.interrupt = interrupt  # checked while a batch builds: Ctrl-C need not wait for it
         self._pool: PopenPoolExecutor | None = None
 
     def _get_pool(self) -> PopenPoolExecutor:
@@ -63,26 +68,30 @@ class PersistentBuilder(PyBuilder):
                 max_workers=self.max_workers,
                 timeout=self.timeout_s,
                 maximum_process_uses=self.max_uses,
+                initializer=worker_initializer(),
             )
         return self._pool
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         start = time.perf_counter()
         pool = self._get_pool()
-        results = []
-        outcomes = pool.map_with_error_catching(
-            lambda item: build_in_worker(item.mod, item.target), build_inputs
-        )
-        for outcome in outcomes:
-            if outcome.status == StatusKind.COMPLETE:
-                results.append(BuilderResult(outcome.value, None))
-            elif outcome.status == StatusKind.TIMEOUT:
-                results.append(BuilderResult(None, f"build timed out after {self.timeout_s} s"))
-            else:
-                results.append(BuilderResult(None, f"build failed: {outcome.value}"))
+        futures = [pool.submit(build_in_worker, item.mod, item.target) for item in build_inputs]
+        pending = set(futures)
+        while pending:
+            if self.interrupt is not None:
+                self.interrupt.check()
+            _, pending = concurrent.futures.wait(pending, timeout=0.2)
         if self.clock is not None:
             self.clock.build_s += time.perf_counter() - start
-        return results
+        return [self._result(future) for future in futures]
+
+    def _result(self, future) -> BuilderResult:
+        try:
+            return BuilderResult(future.result(), None)
+        except TimeoutError:
+            return BuilderResult(None, f"build timed out after {self.timeout_s} s")
+        except Exception as err:  # noqa: BLE001  (a failed build is a result, not a crash)
+            return BuilderResult(None, f"build failed: {err}")
 
     def shutdown(self) -> None:
         """Stop the worker processes."""

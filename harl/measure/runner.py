@@ -9,6 +9,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner
 
 from harl.config import MeasureConfig, RpcConfig
 from harl.measure.clock import StageClock
+from harl.measure.worker_lifetime import worker_initializer
 
 
 def evaluator_config(config: MeasureConfig):
@@ -23,7 +24,8 @@ def local_runner(config: MeasureConfig):
     """Time candidates one at a time in a long-lived local worker process."""
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
-    return LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=evaluator_config(config))
+    return LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=evaluator_config(config),
+                       initializer=worker_initializer())
 
 
 @derived_object
@@ -55,3 +57,13 @@ def make_runner(config: MeasureConfig, rpc: RpcConfig | None = None):
     from harl.measure.rpc import FarmRunner, preflight
 
     return FarmRunner(rpc, evaluator_config(config), workers=preflight(rpc))
+
+
+def shutdown_runner(runner) -> None:
+    """Stop a runner's workers now (TVM leaves a LocalRunner's to garbage collection)."""
+    if hasattr(runner, "shutdown"):  # the farm runner
+        runner.shutdown()
+        return
+    pool = getattr(runner, "pool", None)
+    if pool is not None:
+        pool.shutdown(wait=False)

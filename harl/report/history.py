@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,11 @@ class TaskStats:
     trials: int = 0
     failures: int = 0
     best_s: float = math.inf
+    failed_batches_in_a_row: int = 0
+    """measured batches in a row where every candidate failed (build, run or timeout)"""
+    last_error: str = ""
+    stopped: bool = False
+    """harl gave up on this task: its candidates kept failing"""
 
     @property
     def measured(self) -> bool:
@@ -44,15 +50,24 @@ def trial_latency_s(builder_result, runner_result) -> tuple[float, str]:
     `builder_result` may be None where only the runner's result is known (search strategies).
     """
     if builder_result is not None and builder_result.error_msg:
-        return math.inf, str(builder_result.error_msg).strip().splitlines()[0][:200]
+        return math.inf, one_line_error(builder_result.error_msg)
     if runner_result is None:
         return math.inf, "not run"
     if runner_result.error_msg:
-        return math.inf, str(runner_result.error_msg).strip().splitlines()[0][:200]
+        return math.inf, one_line_error(runner_result.error_msg)
     secs = [float(s) for s in (runner_result.run_secs or [])]
     if not secs:
         return math.inf, "no timing returned"
     return sum(secs) / len(secs), ""
+
+
+def one_line_error(message) -> str:
+    """First and last line of an error (TVM's say where, a traceback's last says what)."""
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def end_to_end_estimate_s(stats: list[TaskStats]) -> float | None:
@@ -65,19 +80,29 @@ def end_to_end_estimate_s(stats: list[TaskStats]) -> float | None:
 
 @derived_object
 class TrialRecorder(PyMeasureCallback):
-    """Sees every measurement batch; keeps per-task stats and appends history.csv at once."""
+    """Sees every measurement batch; keeps per-task stats and appends history.csv at once.
+
+    `stats` may already count trials of an earlier run (resume); `time_offset_s` continues that
+    run's clock in history.csv. A task whose last `max_failed_batches` batches failed entirely is
+    marked stopped (`should_stop`), with one line to `say`.
+    """
 
     def __init__(self, stats: list[TaskStats], history_path: Path,
-                 progress: Progress | None = None, clock: StageClock | None = None) -> None:
+                 progress: Progress | None = None, clock: StageClock | None = None,
+                 max_failed_batches: int = 3, say: Callable[[str], None] | None = None,
+                 time_offset_s: float = 0.0) -> None:
         super().__init__()
         self.stats = stats
         self.history_path = Path(history_path)
         self.progress = progress
         self.clock = clock
-        self.start = time.monotonic()
-        self.trials_done = 0
+        self.max_failed_batches = max_failed_batches
+        self.say = say
+        self.start = time.monotonic() - time_offset_s
+        self.trials_done = sum(s.trials for s in stats)
         self.batches = 0
-        self._last_mark = (self.start, 0.0, 0.0)  # wall, build and run seconds at the last batch
+        # wall, build and run seconds at the last batch
+        self._last_mark = (time.monotonic(), 0.0, 0.0)
         new_file = not self.history_path.exists() or self.history_path.stat().st_size == 0
         self._file = open(self.history_path, "a", newline="")  # noqa: SIM115  (closed in close())
         self._writer = csv.writer(self._file)
@@ -93,6 +118,7 @@ class TrialRecorder(PyMeasureCallback):
         """Account for one measured batch of task `task_id`."""
         task = self.stats[task_id]
         batch_columns = self._batch_columns()
+        batch_failed = len(runner_results) > 0
         for index, (builder_result, runner_result) in enumerate(
                 zip(builder_results, runner_results, strict=True)):
             latency_s, error = trial_latency_s(builder_result, runner_result)
@@ -100,8 +126,10 @@ class TrialRecorder(PyMeasureCallback):
             self.trials_done += 1
             if math.isfinite(latency_s):
                 task.best_s = min(task.best_s, latency_s)
+                batch_failed = False
             else:
                 task.failures += 1
+                task.last_error = error
             estimate = end_to_end_estimate_s(self.stats)
             self._writer.writerow([
                 f"{time.monotonic() - self.start:.3f}", task_id, task.name, task.trials,
@@ -109,6 +137,7 @@ class TrialRecorder(PyMeasureCallback):
                 *(batch_columns if index == 0 else ["", "", "", ""]),
             ])
         self._file.flush()
+        self._track_failures(task_id, batch_failed)
         if self.progress is not None:
             estimate = end_to_end_estimate_s(self.stats)
             self.progress.update(self.trials_done, None if estimate is None else estimate * 1e3,
@@ -127,10 +156,37 @@ class TrialRecorder(PyMeasureCallback):
         return [str(self.batches), f"{now - last_wall:.3f}", f"{build_s - last_build:.3f}",
                 f"{run_s - last_run:.3f}"]
 
+    def _track_failures(self, task_id: int, batch_failed: bool) -> None:
+        task = self.stats[task_id]
+        task.failed_batches_in_a_row = task.failed_batches_in_a_row + 1 if batch_failed else 0
+        if task.stopped or task.failed_batches_in_a_row < self.max_failed_batches:
+            return
+        task.stopped = True
+        if self.say is not None:
+            if self.progress is not None:
+                self.progress.close()
+            self.say(f"harl: stopped task {task_id} ({task.name}): every candidate of its last "
+                     f"{task.failed_batches_in_a_row} batches failed; last error: "
+                     f"{task.last_error}; the other tasks go on")
+
+    def should_stop(self, task_id: int) -> bool:
+        """Whether task `task_id` keeps failing and should get no more batches."""
+        return self.stats[task_id].stopped
+
     def close(self) -> None:
         self._file.close()
         if self.progress is not None:
             self.progress.close()
+
+
+def last_history_time_s(path: Path) -> float:
+    """The time column of history.csv's last row (0 when there is none), to continue its clock."""
+    try:
+        with Path(path).open(newline="") as file:
+            rows = list(csv.DictReader(file))
+        return float(rows[-1]["time_s"]) if rows else 0.0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
 
 
 def _ms(seconds: float | None) -> str:

@@ -16,8 +16,10 @@ def format_duration(seconds: float) -> str:
 class Progress:
     """Trials done/left, the end-to-end estimate and an ETA, redrawn in place."""
 
-    def __init__(self, total_trials: int, stream=None, enabled: bool | None = None) -> None:
+    def __init__(self, total_trials: int, stream=None, enabled: bool | None = None,
+                 done_before: int = 0) -> None:
         self.total = total_trials
+        self.done_before = done_before  # trials of an earlier run (resume): not in the rate
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", lambda: False)()
         self.enabled = isatty if enabled is None else enabled
@@ -29,12 +31,13 @@ class Progress:
         if not self.enabled:
             return
         elapsed = time.monotonic() - self.start
-        eta = elapsed / done * (self.total - done) if done else float("nan")
+        new = done - self.done_before
+        eta = elapsed / new * (self.total - done) if new > 0 else float("nan")
         estimate = f"{estimate_ms:.4g} ms" if estimate_ms is not None else "-"
         line = (f"[{done:>{len(str(self.total))}}/{self.total} trials] "
                 f"e2e estimate {estimate} ({tasks_measured}/{n_tasks} tasks measured)  "
                 f"elapsed {format_duration(elapsed)}  "
-                f"eta {format_duration(eta) if done else '?'}")
+                f"eta {format_duration(eta) if new > 0 else '?'}")
         self.stream.write("\r" + line + "\x1b[K")
         self.stream.flush()
         self._drawn = True

@@ -18,6 +18,7 @@ class TaskSummary:
     trials: int
     failures: int
     best_ms: float | None
+    stopped: bool = False  # given up: its candidates kept failing
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RunReport:
     seed: int
     tune_seconds: float
     tasks: list[TaskSummary]
+    trials_resumed: int = 0  # of trials_done, those measured by an earlier run in the work dir
     latency_ms: dict[str, float | None] = field(default_factory=dict)
     max_abs_err: float | None = None
     worst_output: str | None = None
@@ -48,7 +50,7 @@ class RunReport:
 def task_summaries(stats: list[TaskStats]) -> list[TaskSummary]:
     return [
         TaskSummary(s.name, s.weight, s.flop, s.trials, s.failures,
-                    s.best_s * 1e3 if math.isfinite(s.best_s) else None)
+                    s.best_s * 1e3 if math.isfinite(s.best_s) else None, s.stopped)
         for s in stats
     ]
 
@@ -58,6 +60,7 @@ def format_summary(report: RunReport) -> str:
     lines = [f"{'task':<44} {'weight':>6} {'MFLOP':>9} {'trials':>6} {'best ms':>10}"]
     for task in report.tasks:
         best = f"{task.best_ms:.4g}" if task.best_ms is not None else "failed"
+        best += " (stopped)" if task.stopped else ""
         lines.append(f"{task.name[:44]:<44} {task.weight:>6g} {task.flop / 1e6:>9.3f} "
                      f"{task.trials:>6} {best:>10}")
     lines.append("")
@@ -75,7 +78,8 @@ def format_summary(report: RunReport) -> str:
                      f"(rtol {report.rtol:g}, atol {report.atol:g}, vs onnxruntime)")
     verified = "not run" if report.verified is None else str(report.verified).lower()
     lines.append(f"{'verified':<24} {verified}")
-    lines.append(f"{'trials':<24} {report.trials_done} in {report.tune_seconds:.0f} s")
+    resumed = f" ({report.trials_resumed} resumed)" if report.trials_resumed else ""
+    lines.append(f"{'trials':<24} {report.trials_done} in {report.tune_seconds:.0f} s{resumed}")
     if report.agent_seconds and report.trials_done:
         per_trial = sum(report.agent_seconds.values()) / report.trials_done
         lines.append(f"{'agents + cost model':<24} {per_trial * 1e3:.0f} ms per trial")

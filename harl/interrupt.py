@@ -1,0 +1,125 @@
+"""Ctrl-C during tuning: stop within seconds, at a point where TVM's C++ loop can unwind.
+
+Python's default SIGINT handler raises KeyboardInterrupt in whatever Python code runs next, which
+during tuning is often a callback deep inside TVM's C++ loop: seen here, it was turned into a plain
+RuntimeError, dropped (the run went on), or it crashed the process (std::terminate). So SIGINT only
+sets a flag, and harl's own hooks raise KeyboardInterrupt where the loop calls them: the cost
+model's predictions (many times per search round), the search strategy (each batch), the builder
+(while a batch builds) and the runner (before each candidate).
+Results already measured are still committed (without the slow cost model update). Workers
+ignore SIGINT (harl.measure.worker_lifetime), so a terminal's Ctrl-C does not turn the batch in
+flight into failures. A second Ctrl-C exits at once: the records on disk are complete lines, and
+a cut last line is repaired on resume.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import PyRunner
+
+
+class InterruptFlag:
+    """Set by SIGINT while tuning; `check()` raises KeyboardInterrupt once it is set."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def check(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def interrupt_flag() -> Iterator[InterruptFlag]:
+    """A flag that SIGINT sets for the duration of the block (main thread only).
+
+    Whatever the loop raised after Ctrl-C leaves the block as KeyboardInterrupt.
+    """
+    flag = InterruptFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def on_sigint(_signum, _frame):
+        if flag.requested:
+            sys.stderr.write("\nharl: interrupted twice: exiting at once; run the same command "
+                             "again to resume\n")
+            os._exit(130)
+        flag.requested = True
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield flag
+    except BaseException:
+        if flag.requested:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    flag.check()
+
+
+@derived_object
+class InterruptibleRunner(PyRunner):
+    """Hands candidates to `inner` one at a time, so Ctrl-C does not wait for a whole batch."""
+
+    def __init__(self, inner, flag: InterruptFlag) -> None:
+        super().__init__()
+        self.inner = inner
+        self.flag = flag
+
+    def run(self, runner_inputs):
+        futures = []
+        for runner_input in runner_inputs:
+            self.flag.check()
+            futures.extend(self.inner.run([runner_input]))
+        return futures
+
+
+@derived_object
+class UnlessInterrupted(PyMeasureCallback):
+    """Runs `inner` (the cost model update) only until Ctrl-C: results measured after it are
+    still committed to the database, but nothing slow is done with them."""
+
+    def __init__(self, inner, flag: InterruptFlag) -> None:
+        super().__init__()
+        self.inner = inner
+        self.flag = flag
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        if not self.flag.requested:
+            self.inner.apply(task_scheduler, task_id, measure_candidates, builder_results,
+                             runner_results)
+
+
+@derived_object
+class InterruptibleCostModel(PyCostModel):
+    """Delegates to `inner`; its predictions, called throughout the search, raise after Ctrl-C."""
+
+    def __init__(self, inner, flag: InterruptFlag) -> None:
+        super().__init__()
+        self.inner = inner
+        self.flag = flag
+
+    def load(self, path: str) -> None:
+        self.inner.load(path)
+
+    def save(self, path: str) -> None:
+        self.inner.save(path)
+
+    def update(self, context, candidates, results) -> None:
+        self.inner.update(context, candidates, results)
+
+    def predict(self, context, candidates):
+        self.flag.check()
+        return self.inner.predict(context, candidates)

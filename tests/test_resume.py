@@ -1,0 +1,148 @@
+"""Resuming a work dir: the manifest, --fresh, earlier trials per task, cost model warm start,
+and files a crash cut short."""
+
+import json
+import math
+
+import pytest
+from conftest import matmul_module
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+from harl.database import RECORD_FILE, WORKLOAD_FILE
+from harl.database.repair import repair_truncated_last_line
+from harl.errors import HarlError
+from harl.loop import open_database
+from harl.report.history import TaskStats
+from harl.resume import PriorRun, RunManifest, claim_work_dir, warm_start_cost_model
+from harl.target import parse_target
+from harl.tvm_env import load_tensor_intrinsics
+
+FAILED = [1e10]  # what MetaSchedule records for a failed trial
+
+
+def manifest(tmp_path, model_bytes=b"model", strategy="metaschedule", target=None):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(model_bytes)
+    return RunManifest.of(model, target or parse_target('{"kind": "llvm", "num-cores": 2}'),
+                          strategy)
+
+
+def fill_database(work_dir, runs: dict[int, list[list[float]]]):
+    """A real JSON database: for each matmul size n, one record per run_secs list."""
+    target = parse_target(None)
+    load_tensor_intrinsics(target)
+    database = open_database(work_dir)
+    for n, trials in runs.items():
+        mod = matmul_module(n)
+        context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                                 num_threads=1).clone()
+        workload = database.commit_workload(mod)
+        space = context.generate_design_space()[0]
+        args = ArgInfo.from_prim_func(mod["main"])
+        for secs in trials:
+            database.commit_tuning_record(ms.database.TuningRecord(
+                space.trace, workload, [float(s) for s in secs], target, args))
+    return target
+
+
+# -- manifest and --fresh ------------------------------------------------------------------------
+
+def test_same_run_resumes_and_a_different_one_is_refused(tmp_path):
+    said = []
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=said.append)
+    (tmp_path / RECORD_FILE).write_text("[0]\n")  # the run has measured something
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=said.append)
+    one_core = parse_target('{"kind": "llvm", "num-cores": 1}')
+    for other, what in ((manifest(tmp_path, b"other model"), "model"),
+                        (manifest(tmp_path, target=one_core), "target"),
+                        (manifest(tmp_path, strategy="harl"), "strategy")):
+        with pytest.raises(HarlError, match=f"holds a run of {what} .*use --fresh"):
+            claim_work_dir(tmp_path, other, fresh=False, say=said.append)
+    assert said == []
+
+
+def test_a_run_that_measured_nothing_is_not_in_the_way(tmp_path):
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
+    claim_work_dir(tmp_path, manifest(tmp_path, b"fixed model"), fresh=False, say=print)
+    fixed = manifest(tmp_path, b"fixed model")
+    assert RunManifest.read(tmp_path).model_sha256 == fixed.model_sha256
+
+
+def test_fresh_moves_the_earlier_run_aside(tmp_path):
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
+    for name in (RECORD_FILE, WORKLOAD_FILE, "history.csv"):
+        (tmp_path / name).write_text("x\n")
+    (tmp_path / "logs").mkdir()
+    said = []
+    claim_work_dir(tmp_path, manifest(tmp_path, b"other model"), fresh=True, say=said.append)
+    (aside,) = tmp_path.glob("previous-*")
+    assert said == [f"harl: --fresh: moved the earlier run to {aside}"]
+    assert (aside / RECORD_FILE).read_text() == "x\n" and (aside / "logs").is_dir()
+    assert not (tmp_path / RECORD_FILE).exists() and not (tmp_path / "history.csv").exists()
+    other = manifest(tmp_path, b"other model")
+    assert RunManifest.read(tmp_path).model_sha256 == other.model_sha256
+
+
+# -- earlier trials ------------------------------------------------------------------------------
+
+def test_earlier_trials_are_counted_per_task_with_failures_and_bests(tmp_path):
+    fill_database(tmp_path, {32: [[2e-3], FAILED, [1e-3, 3e-3]], 16: [[5e-4]], 8: [[1e-4]]})
+    database = open_database(tmp_path)  # as a resumed run opens it
+    tasks = [matmul_module(32), matmul_module(16), matmul_module(64)]  # 8 is not a task now
+    prior = PriorRun.read(database, tasks)
+    assert [len(r) for r in prior.records] == [3, 1, 0] and prior.trials == 4
+    stats = [TaskStats(f"t{i}", 1.0, 1.0) for i in range(3)]
+    prior.seed_stats(stats)
+    assert [(s.trials, s.failures) for s in stats] == [(3, 1), (1, 0), (0, 0)]
+    assert stats[0].best_s == pytest.approx(2e-3) and stats[1].best_s == pytest.approx(5e-4)
+    assert stats[2].best_s == math.inf
+
+
+def test_cost_model_learns_the_earlier_trials(tmp_path):
+    target = fill_database(tmp_path, {32: [[2e-3], [1e-3], FAILED, [4e-3]]})
+    database = open_database(tmp_path)
+    prior = PriorRun.read(database, [matmul_module(32)])
+    context = ms.TuneContext(mod=matmul_module(32), target=target,
+                             space_generator="post-order-apply", num_threads=1).clone()
+    model = ms.cost_model.XGBModel(num_warmup_samples=2)
+    assert warm_start_cost_model(model, [context], prior) == 4
+    assert model.data_size == 4 and model.booster is not None
+    (group,) = model.data.values()
+    assert sorted(group.costs.tolist()) == pytest.approx([1e-3, 2e-3, 4e-3, 1e10])
+
+
+# -- files a crash cut short ---------------------------------------------------------------------
+
+def test_tvm_cannot_load_a_truncated_record_file_and_repair_fixes_it(tmp_path):
+    fill_database(tmp_path, {16: [[1e-3], [2e-3], [3e-3]]})
+    path = tmp_path / RECORD_FILE
+    intact = path.read_bytes()
+    path.write_bytes(intact[:-40])  # a crash in the middle of the last line
+    with pytest.raises(RuntimeError, match="Unexpected (end of string|EOF)"):
+        open_database(tmp_path)
+    backup = repair_truncated_last_line(path, is_json=True)
+    assert backup.name.startswith(RECORD_FILE + ".corrupt-")
+    assert backup.read_bytes() == intact[:-40]
+    assert path.read_bytes() == b"".join(intact.splitlines(keepends=True)[:2])
+    assert len(open_database(tmp_path).get_all_tuning_records()) == 2
+
+
+def test_a_complete_last_line_without_newline_is_kept(tmp_path):
+    path = tmp_path / WORKLOAD_FILE
+    path.write_bytes(b'["a", 1]\n["b", 2]')
+    assert repair_truncated_last_line(path, is_json=True) is None
+    assert path.read_bytes() == b'["a", 1]\n["b", 2]\n'
+    assert list(tmp_path.glob("*.corrupt-*")) == []
+
+
+def test_claiming_the_work_dir_repairs_every_file_with_one_warning_each(tmp_path):
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
+    (tmp_path / "history.csv").write_text("time_s,task_id\n1.0,0\n2.0,")
+    (tmp_path / RECORD_FILE).write_text('[0, [1]]\n[0, [2')
+    said = []
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=said.append)
+    assert len(said) == 2 and all(line.startswith("harl: warning: ") for line in said)
+    assert all("partial line" in line and ".corrupt-" in line for line in said)
+    assert (tmp_path / "history.csv").read_text() == "time_s,task_id\n1.0,0\n"
+    assert json.loads((tmp_path / RECORD_FILE).read_text()) == [0, [1]]
