@@ -18,7 +18,7 @@ from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
 from harl.loop import LoopSettings, tune_tasks
 from harl.search import SearchPlan
-from harl.search.harl_scheduler import HarlTaskScheduler
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -51,7 +51,7 @@ class FakeRunner(PyRunner):
 SCHEDULERS = {
     "round-robin": (lambda: ms.task_scheduler.RoundRobin(), 2),
     "gradient": (lambda: ms.task_scheduler.GradientBased(), 1),
-    "harl": (lambda: HarlTaskScheduler(AllocatorConfig(), seed=0), 2),
+    "harl": (lambda: HarlTaskScheduler(AllocatorConfig(), seed=0), 2),  # + its feedback callback
 }
 
 
@@ -62,9 +62,12 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
     load_tensor_intrinsics(target)
     tasks = [TuningTask("good", matmul_module(32), 1.0, 2 * 32**3),
              TuningTask("bad", matmul_module(FAILING_N), 1.0, 2 * FAILING_N**3)]
-    plan = SearchPlan(task_scheduler=make_scheduler(),
+    task_scheduler = make_scheduler()
+    feedback = ([AllocatorFeedback(task_scheduler)] if scheduler == "harl" else [])
+    plan = SearchPlan(task_scheduler=task_scheduler,
                       cost_model=ms.cost_model.RandomModel(),
-                      make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace())
+                      make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace(),
+                      measure_callbacks=feedback)
     said = []
     _, stats = tune_tasks(tasks, target, plan, tmp_path,
                           LoopSettings(trials=16, trials_per_batch=2, seed=0, num_cores=1),
