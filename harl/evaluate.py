@@ -60,6 +60,22 @@ class CompiledModel:
         return float(np.median(timer(*self._args(inputs)).results) * 1e3)
 
 
+def median_wall_ms(call, repeats: int, min_seconds: float = 0.02) -> float:
+    """Median of `repeats` wall-clock timings of `call`, each averaging runs over `min_seconds`."""
+    call()  # warm-up
+    samples = []
+    for _ in range(repeats):
+        runs, start = 0, time.perf_counter()
+        while True:
+            call()
+            runs += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        samples.append(elapsed / runs * 1e3)
+    return statistics.median(samples)
+
+
 def _flatten(result) -> list:
     import tvm
 
@@ -88,18 +104,7 @@ class OnnxRuntimeModel:
         return list(self.session.run(None, inputs))
 
     def median_latency_ms(self, inputs: dict[str, np.ndarray], repeats: int) -> float:
-        self.run(inputs)  # warm-up
-        samples = []
-        for _ in range(repeats):
-            runs, start = 0, time.perf_counter()
-            while True:
-                self.run(inputs)
-                runs += 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= 0.02:
-                    break
-            samples.append(elapsed / runs * 1e3)
-        return statistics.median(samples)
+        return median_wall_ms(lambda: self.run(inputs), repeats)
 
 
 def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,

@@ -8,7 +8,6 @@ One thread per core calls it through ctypes, which releases the GIL during the c
 from __future__ import annotations
 
 import ctypes
-import statistics
 import subprocess
 import threading
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from harl.errors import HarlError
+from harl.evaluate import median_wall_ms
 
 CHAINS = 12  # > FMA latency (4) x FMA ports (2): enough independent work to fill both units
 FMA_SOURCE = r"""
@@ -115,15 +115,4 @@ class NumpyMatmul:
         return [self.a @ self.b]
 
     def median_latency_ms(self, _inputs, repeats: int) -> float:
-        self.run()
-        samples = []
-        for _ in range(repeats):
-            runs, start = 0, time.perf_counter()
-            while True:
-                self.run()
-                runs += 1
-                elapsed = time.perf_counter() - start
-                if elapsed >= 0.02:
-                    break
-            samples.append(elapsed / runs * 1e3)
-        return statistics.median(samples)
+        return median_wall_ms(self.run, repeats)
