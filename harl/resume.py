@@ -16,15 +16,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harl.agents.checkpoint import AGENTS_DIR
 from harl.database import RECORD_FILE, WORKLOAD_FILE
 from harl.database.repair import repair_truncated_last_line
 from harl.errors import HarlError
 from harl.report.history import TaskStats
+from harl.report.metrics import METRICS_FILE
 
 MANIFEST_FILE = "run.json"
 HISTORY_FILE = "history.csv"
 # Everything a run writes; --fresh moves these aside.
-RUN_FILES = (MANIFEST_FILE, WORKLOAD_FILE, RECORD_FILE, HISTORY_FILE, "report.json", "logs")
+RUN_FILES = (MANIFEST_FILE, WORKLOAD_FILE, RECORD_FILE, HISTORY_FILE, "report.json",
+             METRICS_FILE, AGENTS_DIR, "logs")
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial with run_secs [1e10]
 
 

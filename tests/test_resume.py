@@ -71,15 +71,18 @@ def test_a_run_that_measured_nothing_is_not_in_the_way(tmp_path):
 
 def test_fresh_moves_the_earlier_run_aside(tmp_path):
     claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
-    for name in (RECORD_FILE, WORKLOAD_FILE, "history.csv"):
+    for name in (RECORD_FILE, WORKLOAD_FILE, "history.csv", "metrics.jsonl"):
         (tmp_path / name).write_text("x\n")
     (tmp_path / "logs").mkdir()
+    (tmp_path / "agents").mkdir()  # harl's checkpoints must not leak into the fresh run
     said = []
     claim_work_dir(tmp_path, manifest(tmp_path, b"other model"), fresh=True, say=said.append)
     (aside,) = tmp_path.glob("previous-*")
     assert said == [f"harl: --fresh: moved the earlier run to {aside}"]
     assert (aside / RECORD_FILE).read_text() == "x\n" and (aside / "logs").is_dir()
     assert not (tmp_path / RECORD_FILE).exists() and not (tmp_path / "history.csv").exists()
+    assert (aside / "agents").is_dir() and not (tmp_path / "agents").exists()
+    assert not (tmp_path / "metrics.jsonl").exists()
     other = manifest(tmp_path, b"other model")
     assert RunManifest.read(tmp_path).model_sha256 == other.model_sha256
 

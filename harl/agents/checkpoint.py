@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+AGENTS_DIR = "agents"  # in the work dir
 POLICY_FILE = "tile_policy.npz"
 ALLOCATOR_FILE = "task_allocator.json"
 

@@ -8,6 +8,8 @@ import math
 import time
 from pathlib import Path
 
+METRICS_FILE = "metrics.jsonl"  # in the work dir
+
 
 class MetricsLogger:
     """`record(key, value)` accumulates; `dump(**context)` writes one line and starts afresh."""

@@ -8,13 +8,10 @@ from pathlib import Path
 from harl.agents import checkpoint
 from harl.agents.task_allocator import AllocatorConfig
 from harl.agents.tile_policy import TilePolicy
-from harl.report.metrics import MetricsLogger
+from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search import SearchPlan
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy, ProgramScorer
-
-AGENTS_DIR = "agents"
-METRICS_FILE = "metrics.jsonl"
 
 
 def _time_updates(xgb, metrics: MetricsLogger) -> None:
@@ -49,14 +46,14 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8) -> SearchPlan:
 
     def on_start(work_dir: Path) -> None:
         metrics.open(work_dir / METRICS_FILE)
-        agents = work_dir / AGENTS_DIR
+        agents = work_dir / checkpoint.AGENTS_DIR
         if (agents / checkpoint.POLICY_FILE).exists():
             policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
         if (agents / checkpoint.ALLOCATOR_FILE).exists():
             scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
 
     def on_finish(work_dir: Path) -> None:
-        agents = work_dir / AGENTS_DIR
+        agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())
         if scheduler.allocator is not None:
