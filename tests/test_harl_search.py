@@ -8,7 +8,12 @@ from conftest import matmul_module
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy, tunable_insts
+from harl.search.harl_search import (
+    HarlSearchConfig,
+    HarlSearchStrategy,
+    ProgramScorer,
+    tunable_insts,
+)
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -18,14 +23,14 @@ def tile_products(trace):
             for inst in tunable_insts(trace) if inst.kind.name == "SamplePerfectTile"]
 
 
-def make_strategy(n=64):
+def make_strategy(n=64, scorer=None):
     """A strategy bound to a matmul task, and that task's design spaces."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
     context = ms.TuneContext(mod=matmul_module(n), target=target,
                              space_generator="post-order-apply", task_name="matmul",
                              num_threads=1).clone()
-    strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1)
+    strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1, scorer=scorer)
     strategy._initialize_with_tune_context(context)
     return strategy, context.generate_design_space()
 
@@ -75,3 +80,23 @@ def test_same_seed_same_candidates():
         batches.append([tvm_ffi.structural_hash(c.sch.mod)
                         for c in strategy.generate_measure_candidates()])
     assert batches[0] == batches[1]
+
+
+def test_trajectories_run_once_the_cost_model_has_learned():
+    """After warm-up, candidates come from policy-guided trajectories scored by XGBoost."""
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
+    strategy, spaces = make_strategy(32, scorer=ProgramScorer(xgb._inst))
+    strategy.pre_tuning(16, 8, spaces, None, None)
+    assert not strategy.scorer.informative
+    candidates = strategy.generate_measure_candidates()
+    results = [RunnerResult([fake_latency(c.sch)], None) for c in candidates]
+    xgb.update(strategy.context, candidates, results)
+    strategy.notify_runner_results(candidates, results)
+    assert strategy.scorer.informative
+    updates_before = strategy.policy.updates
+    candidates = strategy.generate_measure_candidates()
+    assert 0 < len(candidates) <= 8
+    assert sum(len(sketch.tuner.steps) for sketch in strategy.sketches) > 0  # rollouts kept
+    strategy.notify_runner_results(
+        candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    assert strategy.policy.updates > updates_before  # PPO learned from them

@@ -177,6 +177,16 @@ class TileTuner:
                 return site_index, tuple(new_state)
         return None
 
+    def _proposals(self, state: State) -> dict[State, int]:
+        """Distinct neighbours of `state`, each with the site its move changed."""
+        proposals: dict[State, int] = {}
+        for _ in range(self.config.proposals_per_step):
+            move = self.neighbour(state)
+            if move is not None:
+                site_index, new_state = move
+                proposals[new_state] = site_index
+        return proposals
+
     def search(self, starts: Sequence[State], evaluator: Evaluator,
                learn: bool = True) -> dict[State, float]:
         """One trajectory from each start; every visited state with its score.
@@ -192,10 +202,7 @@ class TileTuner:
         for k, state in enumerate(starts):
             current, score, features = state, float(first.scores[k]), first.features[k]
             for t in range(self.trajectory_length):
-                moves = list({s: i for i, s in
-                              (m for m in (self.neighbour(current)
-                                           for _ in range(self.config.proposals_per_step)) if m)
-                              }.items())
+                moves = list(self._proposals(current).items())
                 if not moves:
                     break
                 found = _evaluate(evaluator, [s for s, _ in moves])

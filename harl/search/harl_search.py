@@ -14,7 +14,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
-from harl.agents.tile_policy import TilePolicy
+from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
@@ -138,7 +138,7 @@ class HarlSearchStrategy(PySearchStrategy):
     def _evaluator(self, sketch_id: int, cache: dict):
         def evaluate(states: list[State]) -> Evaluation:
             result = Evaluation(np.full(len(states), -np.inf),
-                                np.zeros((len(states), 2 * 164), dtype=np.float32))
+                                np.zeros((len(states), FEATURE_DIM), dtype=np.float32))
             todo = []
             for i, state in enumerate(states):
                 if state not in cache:
