@@ -38,6 +38,19 @@ class InterruptFlag:
             raise KeyboardInterrupt
 
 
+_active: InterruptFlag | None = None  # the flag of the tuning loop running now, if any
+
+
+def check_interrupt() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed during the running tuning loop.
+
+    For long Python work called from inside TVM's loop (harl's search scores hundreds of states
+    per batch without going through the cost model's `predict`).
+    """
+    if _active is not None:
+        _active.check()
+
+
 @contextmanager
 def interrupt_flag() -> Iterator[InterruptFlag]:
     """A flag that SIGINT sets for the duration of the block (main thread only).
@@ -56,7 +69,9 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
             os._exit(130)
         flag.requested = True
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    global _active
+    previous, outer = signal.signal(signal.SIGINT, on_sigint), _active
+    _active = flag
     try:
         yield flag
     except BaseException:
@@ -65,6 +80,7 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
+        _active = outer
     flag.check()
 
 

@@ -16,6 +16,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchSt
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
+from harl.interrupt import check_interrupt
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
 from harl.search.trace_sites import initial_options, site_of, state_of, tunable_insts, with_state
@@ -69,6 +70,7 @@ class ProgramScorer:
                 and self.xgb.data_size >= self.xgb.num_warmup_samples)
 
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
+        check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
         if not self.informative:  # no features needed for a guess
             return Evaluation(self.rng.uniform(size=len(candidates)))
         raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
