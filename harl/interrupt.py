@@ -86,7 +86,11 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
 
 @derived_object
 class InterruptibleRunner(PyRunner):
-    """Hands candidates to `inner` one at a time, so Ctrl-C does not wait for a whole batch."""
+    """Hands candidates to `inner` one at a time, so Ctrl-C does not wait for a whole batch.
+
+    A runner whose `run` only submits (`returns_pending_futures`, the RPC farm's) gets the whole
+    batch at once: splitting it would only repeat its per-batch work.
+    """
 
     def __init__(self, inner, flag: InterruptFlag) -> None:
         super().__init__()
@@ -94,6 +98,9 @@ class InterruptibleRunner(PyRunner):
         self.flag = flag
 
     def run(self, runner_inputs):
+        if getattr(self.inner, "returns_pending_futures", False):
+            self.flag.check()
+            return self.inner.run(runner_inputs)
         futures = []
         for runner_input in runner_inputs:
             self.flag.check()

@@ -138,7 +138,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 max_trials_per_task=settings.trials,
                 num_trials_per_iter=settings.trials_per_batch,
                 builder=builder,
-                runner=InterruptibleRunner(ClockedRunner(runner, clock), interrupt),
+                runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock),
                 measure_callbacks=[*_default_callbacks(interrupt), recorder,
                                    *plan.measure_callbacks],
                 database=database,

@@ -82,6 +82,8 @@ def preflight(rpc: RpcConfig) -> int:
 class FarmRunner(PyRunner):
     """Measures each batch on every server registered under the key, in parallel."""
 
+    returns_pending_futures = True  # run() submits; measurement goes on in the pool
+
     def __init__(self, rpc: RpcConfig, evaluator_config: EvaluatorConfig, workers: int) -> None:
         super().__init__()
         self.rpc = rpc
