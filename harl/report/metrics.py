@@ -15,7 +15,6 @@ class MetricsLogger:
     """`record(key, value)` accumulates; `dump(**context)` writes one line and starts afresh."""
 
     def __init__(self) -> None:
-        self.path: Path | None = None
         self._file = None
         self._values: dict[str, float] = {}
         self._start = time.monotonic()
@@ -24,8 +23,7 @@ class MetricsLogger:
     def open(self, path: Path) -> None:
         """Append to `path` from now on (until then, values are only summed in `totals`)."""
         self.close()
-        self.path = Path(path)
-        self._file = open(self.path, "a")  # noqa: SIM115  (closed in close())
+        self._file = open(Path(path), "a")  # noqa: SIM115  (closed in close())
 
     def record(self, key: str, value: float) -> None:
         self._values[key] = float(value)
