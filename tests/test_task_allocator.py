@@ -1,4 +1,4 @@
-"""The task allocator on a synthetic two-task landscape with known headroom."""
+"""The task allocator on synthetic task landscapes with known headroom."""
 
 import numpy as np
 
@@ -33,10 +33,45 @@ def test_budget_moves_to_the_task_with_headroom():
     for seed in range(3):
         allocator = TaskAllocator([1.0] * 3, [1e6] * 3, AllocatorConfig(), seed=seed)
         visits, total = run(allocator, seed=seed)
-        assert visits[0] > 0.6 * sum(visits), visits
+        assert visits[0] >= 0.5 * sum(visits), visits  # round robin: a third
         assert min(visits) >= 1  # every task visited
         _, round_robin_total = run(None, seed=seed)
         assert total < round_robin_total
+
+
+class RuggedTask:
+    """Improves rarely but by much (a rugged schedule landscape): with `p` per batch, a `jump`
+    of the gap to `floor`."""
+
+    def __init__(self, start, floor, p, jump):
+        self.best, self.floor, self.p, self.jump = start, floor, p, jump
+
+    def measure(self, rng):
+        if rng.uniform() < self.p:
+            self.best = self.floor + (self.best - self.floor) * (1 - self.jump)
+        return self.best
+
+
+def run_rugged(config, seed, batches=40):
+    """One large rugged task against two small ones that improve by crumbs every batch."""
+    rng = np.random.default_rng(seed)
+    tasks = [RuggedTask(8.0, 4.0, 0.25, 0.3), FakeTask(1.0, 0.5, 0.05), FakeTask(1.0, 0.5, 0.05)]
+    allocator = TaskAllocator([1.0] * 3, [1e6] * 3, config, seed=seed)
+    visits = [0, 0, 0]
+    for _ in range(batches):
+        task_id = allocator.select()
+        visits[task_id] += 1
+        allocator.update(task_id, trials=4, best_s=tasks[task_id].measure(rng))
+    return visits, sum(t.best for t in tasks)
+
+
+def test_a_large_task_whose_last_batches_found_nothing_is_not_starved():
+    for seed in range(3):
+        visits, total = run_rugged(AllocatorConfig(), seed)
+        assert visits[0] >= 0.4 * sum(visits), visits
+        # The learned gain alone chases the small steady tasks and ends far worse.
+        _, gain_only_total = run_rugged(AllocatorConfig(forward_weight=0.0), seed)
+        assert total < gain_only_total - 1.0, (total, gain_only_total)
 
 
 def test_finished_tasks_are_never_chosen_and_none_when_all_done():

@@ -73,7 +73,7 @@ def test_tuner_finds_the_optimum_in_fewer_evaluations_than_random():
         def tuner_search(score, tuner=tuner, rng=rng):
             starts = [random_state(rng) for _ in range(4)]
             for _ in range(10):
-                visited = tuner.search(starts, score)
+                visited = tuner.search(starts, score).visited
                 if OPTIMUM in visited:
                     return
                 starts = sorted(visited, key=visited.get)[-4:]

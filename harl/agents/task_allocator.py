@@ -1,11 +1,13 @@
 """Top level: spend the trial budget where it buys the most end-to-end latency.
 
-A non-stationary bandit over tasks. Each task's value is the learned gain per trial: an
-exponentially weighted average of the observed reward (the drop of the weighted end-to-end
-latency estimate per trial spent, relative to the estimate), plus an optimism bonus that shrinks
-with the batches a task has had and grows with its share of the end-to-end latency (its headroom).
-The bonus is in units of the largest gain learned so far, so exploration never swamps what the
-rewards have taught.
+A non-stationary bandit over tasks. Each task's value is the learned gain per trial (an
+exponentially weighted average of the observed reward: the drop of the weighted end-to-end
+latency estimate per trial spent, relative to the estimate) plus a forward-looking chance: the
+task's share of the end-to-end estimate over the trials it has had (Ansor's forward gradient).
+The learned gain says what the task's recent batches bought; the chance says how much latency
+is still there to buy, shrinking as trials accumulate. Without it, a task that holds most of the
+latency but whose last batches found nothing (a rugged landscape, not a converged one) is
+starved in favour of small tasks that keep improving by crumbs.
 Every task is visited once before learning starts, and a task whose gain has not been observed
 yet counts as good as the best, so none is starved.
 """
@@ -24,10 +26,8 @@ class AllocatorConfig:
 
     reward_decay: float = 0.5
     """weight of the newest reward in a task's running gain estimate"""
-    exploration: float = 0.3
-    """optimism bonus: this times the largest learned gain times share / sqrt(batches)"""
-    min_share: float = 1e-3
-    """tasks whose latency share is below this get no bonus (nothing left to buy)"""
+    forward_weight: float = 0.2
+    """weight of the forward chance (share of the end-to-end estimate / trials) in a value"""
 
 
 @dataclass
@@ -68,21 +68,20 @@ class TaskAllocator:
         unvisited = [i for i in open_tasks if self.tasks[i].batches == 0]
         if unvisited:  # largest expected work first
             return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
-        total = self.end_to_end_s()
-        gain_scale = self._gain_scale()
-        values = []
-        for i in open_tasks:
-            task = self.tasks[i]
-            share = task.weight * task.best_s / total if total > 0 and math.isfinite(
-                task.best_s) else 1.0
-            bonus = 0.0
-            if share >= self.config.min_share:
-                bonus = self.config.exploration * gain_scale * share / math.sqrt(task.batches)
-            gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
-            values.append(gain + bonus)
+        values = [self.value(i) for i in open_tasks]
         best = max(values)
         ties = [i for i, v in zip(open_tasks, values, strict=True) if v >= best - 1e-12]
         return int(self.rng.choice(ties))
+
+    def value(self, task_id: int) -> float:
+        """Learned gain per trial plus the forward chance of a visited task."""
+        task = self.tasks[task_id]
+        total = self.end_to_end_s()
+        share = task.weight * task.best_s / total if total > 0 and math.isfinite(
+            task.best_s) else 1.0  # every candidate so far failed: all still to buy
+        chance = share / max(1, task.trials)
+        gain = self._gain_scale() if task.gain is None else task.gain  # optimism when unobserved
+        return gain + self.config.forward_weight * chance
 
     def update(self, task_id: int, trials: int, best_s: float) -> float:
         """Record a finished batch of `trials` whose task best is now `best_s`; returns reward."""

@@ -75,6 +75,17 @@ class Evaluation:
 Evaluator = Callable[[list[State]], "Evaluation | np.ndarray"]
 
 
+@dataclass
+class SearchResult:
+    """What one round of trajectories found."""
+
+    visited: dict[State, float]
+    """every state scored, with its score"""
+    bests: list[State]
+    """the best-scored state of each trajectory, best first: one candidate per start keeps a
+    batch diverse where the top of `visited` would crowd around one start"""
+
+
 def _prime_factors(n: int) -> list[int]:
     factors, d = [], 2
     while d * d <= n:
@@ -188,19 +199,22 @@ class TileTuner:
         return proposals
 
     def search(self, starts: Sequence[State], evaluator: Evaluator,
-               learn: bool = True) -> dict[State, float]:
-        """One trajectory from each start; every visited state with its score.
+               learn: bool = True) -> SearchResult:
+        """One trajectory from each start: every visited state with its score, and each
+        trajectory's best.
 
         With `learn`, the steps are kept as the policy's rollout (the scores must mean something:
         not while the cost model is still guessing).
         """
         visited: dict[State, float] = {}
+        bests: list[tuple[float, State]] = []
         if not starts:
-            return visited
+            return SearchResult(visited, [])
         first = _evaluate(evaluator, list(starts))
         visited.update(zip(starts, map(float, first.scores), strict=True))
         for k, state in enumerate(starts):
             current, score, features = state, float(first.scores[k]), first.features[k]
+            best = (score, current)
             for t in range(self.trajectory_length):
                 moves = list(self._proposals(current).items())
                 if not moves:
@@ -221,6 +235,7 @@ class TileTuner:
                 action, logprob, value = self.policy.act(inputs, changes, state_in, self.epsilon)
                 current, score, features = (moves[action][0], float(next_scores[action]),
                                             next_features[action])
+                best = max(best, (score, current), key=lambda pair: pair[0])
                 if learn:
                     self.steps.append(Step(inputs, changes.astype(np.float32), action, logprob,
                                            state_in, value, float(changes[action]), last=False))
@@ -228,7 +243,10 @@ class TileTuner:
                     self.predicted[current] = score
             if learn and self.steps:
                 self.steps[-1].last = True
-        return visited
+            if np.isfinite(best[0]):
+                bests.append(best)
+        bests.sort(key=lambda pair: -pair[0])
+        return SearchResult(visited, list(dict.fromkeys(state for _, state in bests)))
 
     def correct(self, measured_quality: dict[State, float]) -> None:
         """Add (measured - predicted) quality to the steps that reached measured states."""

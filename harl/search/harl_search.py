@@ -13,6 +13,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
+from harl.agents.model_trust import ModelTrust
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
@@ -32,6 +33,14 @@ class HarlSearchConfig:
     """best measured states each sketch keeps as trajectory starts"""
     fresh_samples: int = 4
     """fresh random samples drawn per sketch and batch as trajectory starts"""
+    fresh_pool: int = 4
+    """random samples drawn per fresh slot, for the cost model to choose from once it ranks well"""
+    screen_trust: float = 0.3
+    """trust (see `trust_window`) from which the cost model chooses among fresh samples"""
+    trust_window: int = 24
+    """a task's latest measured candidates on which the cost model's ranking is judged (its
+    trust: rank correlation of predicted and measured); the batch's share measured from fresh
+    samples is at least 1 - trust"""
 
 
 @dataclass
@@ -107,6 +116,8 @@ class HarlSearchStrategy(PySearchStrategy):
         self.best_s = math.inf
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
+        self.pending_scores: list[float] | None = None  # the cost model's, before measurement
+        self.trust = ModelTrust(self.config.trust_window)
         self.sketches = []
         for index, space in enumerate(design_spaces):
             trace = space.trace.simplified(remove_postproc=True)
@@ -117,7 +128,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
 
     def post_tuning(self) -> None:
-        self.pending = []
+        self.pending, self.pending_scores = [], None
 
     def clone(self):
         return HarlSearchStrategy(self.config, self.seed, self.policy, self.scorer, self.metrics,
@@ -161,27 +172,45 @@ class HarlSearchStrategy(PySearchStrategy):
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
     def _fill_sketch(self, sketch_id: int, count: int) -> list[tuple[int, State, object]]:
+        """`count` new candidates of one sketch: fresh samples and the trajectories' finds.
+
+        Before the cost model has learned, all are fresh samples. After, the share of fresh
+        samples follows how well the model ranked this task's measured candidates (its trust),
+        and once it ranks well enough it also chooses which fresh samples are measured.
+        """
         sketch = self.sketches[sketch_id]
+        informative = self.scorer.informative and bool(sketch.elites)
+        trust = self.trust.value
+        fresh_share = max(sketch.tuner.fresh_share, 1.0 - trust)
+        n_fresh = int(round(count * fresh_share)) if informative else count
+        screen = informative and trust >= self.config.screen_trust
+        pool_size = n_fresh * (self.config.fresh_pool if screen else 1)
         cache: dict[State, object] = {}
         fresh: list[State] = []
-        for _ in range(self.config.fresh_samples + count):
+        for _ in range(self.config.fresh_samples + pool_size + count - n_fresh):
             sch = self._materialize(sketch_id, None)
             if sch is not None:
                 state = state_of(sch.trace)
                 cache.setdefault(state, sch)
                 fresh.append(state)
+        fresh = list(dict.fromkeys(fresh))
         for site_index, site in enumerate(sketch.tuner.sites):
             if site.kind == "compute_location":
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
-        elites = [state for _, state in sketch.elites]
-        starts = list(dict.fromkeys(elites + fresh[: self.config.fresh_samples]))
-        visited: dict[State, float] = {}
-        if self.scorer.informative:  # before the cost model has learned, measure fresh samples
-            visited = sketch.tuner.search(starts, self._evaluator(sketch_id, cache))
-        n_fresh = count if not elites else int(round(count * sketch.tuner.fresh_share))
+        guided: list[State] = []
+        if informative:
+            evaluate = self._evaluator(sketch_id, cache)
+            elites = [state for _, state in sketch.elites]
+            found = sketch.tuner.search(list(dict.fromkeys(
+                elites + fresh[: self.config.fresh_samples])), evaluate)
+            others = sorted(found.visited, key=lambda s: -found.visited[s])
+            guided = [s for s in dict.fromkeys(found.bests + others)
+                      if found.visited[s] > -np.inf]
+            if screen:
+                scores = evaluate(fresh).scores
+                fresh = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         picks: list[tuple[int, State, object]] = []
-        ranked = [s for s, v in sorted(visited.items(), key=lambda kv: -kv[1]) if v > -np.inf]
-        for state in fresh[:n_fresh] + ranked + fresh[n_fresh:]:
+        for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
             if len(picks) >= count:
                 break
             sch = cache.get(state)
@@ -192,6 +221,7 @@ class HarlSearchStrategy(PySearchStrategy):
                 continue
             self.measured.add(key)
             picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some
+        self.metrics.record(f"tile/fresh_picked_{sketch_id}", n_fresh / max(1, count))
         return picks
 
     def generate_measure_candidates(self):
@@ -210,12 +240,20 @@ class HarlSearchStrategy(PySearchStrategy):
         self.pending = [(sketch_id, state, state_of(sch.trace)) for sketch_id, state, sch in picks]
         for sketch_id, count in enumerate(counts):
             self.metrics.record(f"sketch/share_{sketch_id}", count / max(1, counts.sum()))
-        return [self._candidate(sch) for _, _, sch in picks]
+        candidates = [self._candidate(sch) for _, _, sch in picks]
+        # What the model thinks of the batch, to judge it once measured (see ModelTrust).
+        self.pending_scores = (list(self.scorer(self.context, candidates).scores)
+                               if self.scorer.informative else None)
+        return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
         latencies = [trial_latency_s(None, result)[0] for result in results]
         self.best_s = min([self.best_s, *latencies])
+        if self.pending_scores is not None:
+            for score, latency in zip(self.pending_scores, latencies, strict=True):
+                self.trust.add(score, latency)
+            self.metrics.record("tile/model_trust", self.trust.value)
         measured: dict[int, dict[State, float]] = {}
         for (sketch_id, state, actual), latency in zip(self.pending, latencies, strict=True):
             self.chooser.update(sketch_id, latency)
@@ -240,4 +278,4 @@ class HarlSearchStrategy(PySearchStrategy):
         self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         self.trials += len(self.pending)
         self.metrics.dump(task_id=self.task_id, task_trials=self.trials)
-        self.pending = []
+        self.pending, self.pending_scores = [], None

@@ -1,0 +1,53 @@
+"""How far the cost model's ranking can be trusted, judged on what was actually measured.
+
+Every measured candidate leaves a pair: the score the cost model gave it before measurement and its
+measured throughput (0 when it failed). The trust is the rank correlation of the recent pairs,
+clipped at 0. The search spends its batch on the model's favourites in proportion to that trust and
+measures fresh random samples with the rest: early on, and on tasks the model has not learned yet,
+a few broad samples find better basins than a local search steered by a model that ranks at random.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+def rank_correlation(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rho (average ranks for ties); 0 when either side is constant."""
+    rx, ry = _ranks(np.asarray(x, dtype=float)), _ranks(np.asarray(y, dtype=float))
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    for value in np.unique(values):  # ties share their average rank
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+class ModelTrust:
+    """Rank correlation of predicted scores and measured throughputs over a sliding window."""
+
+    def __init__(self, window: int, min_pairs: int = 4) -> None:
+        self.pairs: deque[tuple[float, float]] = deque(maxlen=window)
+        self.min_pairs = min_pairs
+
+    def add(self, predicted_score: float, latency_s: float) -> None:
+        """One measured candidate (latency inf when it failed)."""
+        throughput = 1.0 / latency_s if np.isfinite(latency_s) and latency_s > 0 else 0.0
+        self.pairs.append((float(predicted_score), throughput))
+
+    @property
+    def value(self) -> float:
+        """In [0, 1]; 0 until `min_pairs` candidates were measured."""
+        if len(self.pairs) < self.min_pairs:
+            return 0.0
+        predicted, measured = np.array(self.pairs).T
+        return max(0.0, rank_correlation(predicted, measured))
