@@ -1,12 +1,18 @@
-"""Which ONNX files a bench names: paths, or `light:NAME` for the ONNX package's test models."""
+"""Which ONNX files a bench names: paths, `light:NAME` for the ONNX package's test models, or
+`kernel:matmulN` / `kernel:convN` for one-operator models (an NxNxN matmul; a 64->64 3x3 conv2d on
+NxN), written on first use to logs/bench/kernels/."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from benchlib.machine import ROOT
 from harl.errors import HarlError
 
 LIGHT_PREFIX = "light:"
+KERNEL_PREFIX = "kernel:"
+KERNELS_DIR = ROOT / "logs" / "bench" / "kernels"
 
 
 def light_models_dir() -> Path:
@@ -22,6 +28,8 @@ def light_model_names() -> list[str]:
 
 def resolve_model(spec: str) -> Path:
     """A path to an existing ONNX file for `spec`."""
+    if spec.startswith(KERNEL_PREFIX):
+        return kernel_model(spec[len(KERNEL_PREFIX):])
     if spec.startswith(LIGHT_PREFIX):
         name = spec[len(LIGHT_PREFIX):]
         path = light_models_dir() / f"light_{name}.onnx"
@@ -33,6 +41,18 @@ def resolve_model(spec: str) -> Path:
     if not path.is_file():
         raise HarlError(f"model file not found: {spec}")
     return path
+
+
+def kernel_model(name: str) -> Path:
+    """The ONNX file of a one-operator kernel named like matmul512 or conv56."""
+    from benchlib.roofline import conv_kernel, matmul_kernel
+
+    match = re.fullmatch(r"(matmul|conv)(\d+)", name)
+    if match is None:
+        raise HarlError(f"unknown kernel {name!r}; expected matmulN or convN, e.g. matmul512")
+    KERNELS_DIR.mkdir(parents=True, exist_ok=True)
+    make = matmul_kernel if match[1] == "matmul" else conv_kernel
+    return make(KERNELS_DIR, int(match[2])).path
 
 
 def model_label(path: Path) -> str:
