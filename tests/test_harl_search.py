@@ -8,6 +8,7 @@ from conftest import matmul_module
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+from harl.agents.tile_tuner import Evaluation
 from harl.search.harl_search import (
     HarlSearchConfig,
     HarlSearchStrategy,
@@ -100,3 +101,38 @@ def test_trajectories_run_once_the_cost_model_has_learned():
     strategy.notify_runner_results(
         candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
     assert strategy.policy.updates > updates_before  # PPO learned from them
+
+
+class RankingScorer:
+    """A cost model that has learned (`direction` 1: ranks exactly like `fake_latency`; -1: the
+    other way round)."""
+
+    informative = True
+
+    def __init__(self, direction: int) -> None:
+        self.direction = direction
+
+    def __call__(self, context, candidates):
+        return Evaluation(np.array([self.direction / fake_latency(c.sch) for c in candidates]))
+
+
+def tune_with(scorer, batches=4, batch_size=8):
+    """Mean fake latency of each batch after the first, and the trust reached."""
+    strategy, spaces = make_strategy(64, scorer=scorer)
+    strategy.pre_tuning(batches * batch_size, batch_size, spaces, None, None)
+    means = []
+    for _ in range(batches):
+        candidates = strategy.generate_measure_candidates()
+        latencies = [fake_latency(c.sch) for c in candidates]
+        means.append(float(np.mean(latencies)))
+        strategy.notify_runner_results(candidates, [RunnerResult([x], None) for x in latencies])
+    return means[1:], strategy.trust.value
+
+
+def test_a_model_that_ranks_well_is_followed_and_one_that_ranks_badly_is_not():
+    good_means, good_trust = tune_with(RankingScorer(1))
+    bad_means, bad_trust = tune_with(RankingScorer(-1))
+    assert good_trust > 0.8 and bad_trust == 0.0
+    # Followed, the good model's favourites beat the fresh samples that replace the bad one's;
+    # ignored, the bad model cannot steer the batch to its favourites (the slowest).
+    assert np.mean(good_means) < np.mean(bad_means)
