@@ -136,3 +136,28 @@ def test_a_model_that_ranks_well_is_followed_and_one_that_ranks_badly_is_not():
     # Followed, the good model's favourites beat the fresh samples that replace the bad one's;
     # ignored, the bad model cannot steer the batch to its favourites (the slowest).
     assert np.mean(good_means) < np.mean(bad_means)
+
+
+def test_resumed_search_starts_from_the_databases_best_records(tmp_path):
+    from harl.loop import open_database
+
+    database = open_database(tmp_path)
+    first, spaces = make_strategy(32)
+    first.pre_tuning(8, 8, spaces, database, None)
+    candidates = first.generate_measure_candidates()
+    workload = database.commit_workload(first.mod)
+    latencies = [fake_latency(c.sch) for c in candidates]
+    for candidate, latency in zip(candidates, latencies, strict=True):
+        database.commit_tuning_record(ms.database.TuningRecord(
+            candidate.sch.trace, workload, [latency], first.context.target,
+            candidate.args_info))
+
+    resumed, spaces = make_strategy(32)
+    resumed.pre_tuning(8, 8, spaces, open_database(tmp_path), None)
+    elites = sorted(lat for sketch in resumed.sketches for lat, _ in sketch.elites)
+    assert math.isclose(elites[0], min(latencies)) and math.isclose(resumed.best_s, elites[0])
+    # The seeded states reproduce the records' programs, which are not measured again.
+    recorded = {tvm_ffi.structural_hash(c.sch.mod) for c in candidates}
+    assert recorded <= resumed.measured
+    for candidate in resumed.generate_measure_candidates():
+        assert tvm_ffi.structural_hash(candidate.sch.mod) not in recorded

@@ -12,6 +12,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
+from tvm.s_tir.schedule import Trace
 
 from harl.agents.model_trust import ModelTrust
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
@@ -20,7 +21,14 @@ from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
 from harl.interrupt import check_interrupt
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
-from harl.search.trace_sites import initial_options, site_of, state_of, tunable_insts, with_state
+from harl.search.trace_sites import (
+    initial_options,
+    site_of,
+    state_of,
+    structure_of,
+    tunable_insts,
+    with_state,
+)
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,38 @@ class HarlSearchStrategy(PySearchStrategy):
                               policy=self.policy, options=initial_options(trace))
             self.sketches.append(Sketch(trace, tuner))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
+        self._seed_elites(database)
+
+    def _seed_elites(self, database) -> None:
+        """On resume, each sketch's elites are the database's best records of this workload.
+
+        A record's trace is its sketch's instructions followed by what the postprocs added, so
+        it belongs to the sketch whose structure is its longest matching prefix.
+        """
+        if database is None or not self.sketches or not database.has_workload(self.mod):
+            return
+        structures = [structure_of(sketch.trace.insts) for sketch in self.sketches]
+        workload = database.commit_workload(self.mod)  # the stored one: nothing is written
+        top = database.get_top_k(workload, 4 * self.config.elites_per_sketch * len(structures))
+        for record in top:
+            insts = list(record.trace.insts)
+            names = structure_of(insts)
+            matches = [i for i, s in enumerate(structures) if names[: len(s)] == s]
+            if not matches or not record.run_secs:
+                continue
+            sketch_id = max(matches, key=lambda i: len(structures[i]))
+            prefix = insts[: len(structures[sketch_id])]
+            decisions = {inst: value for inst, value in record.trace.decisions.items()
+                         if any(inst.same_as(x) for x in prefix)}
+            latency = float(np.mean([float(x) for x in record.run_secs]))
+            state = state_of(Trace(prefix, decisions))
+            sch = self._materialize(sketch_id, state)
+            if sch is not None:  # measured already: not again
+                self.measured.add(tvm_ffi.structural_hash(sch.mod))
+            sketch = self.sketches[sketch_id]
+            if len(sketch.elites) < self.config.elites_per_sketch:
+                sketch.elites.append((latency, state))
+            self.best_s = min(self.best_s, latency)
 
     def post_tuning(self) -> None:
         self.pending, self.pending_scores = [], None

@@ -93,3 +93,20 @@ def with_state(trace, state: State | None) -> Trace:
         else:
             decisions[inst] = list(decision) if isinstance(decision, tuple) else int(decision)
     return Trace(insts, decisions)
+
+
+def structure_of(insts) -> list[tuple]:
+    """Per instruction: its kind, attributes and which earlier output each input is.
+
+    Two traces of one sketch share it whatever their decisions; sketches whose instruction kinds
+    agree (e.g. a cache write attached at different loops) differ in it. Constant inputs are left
+    out: the parallel extent is one, and harl tunes it.
+    """
+    producer: dict = {}
+    structure = []
+    for index, inst in enumerate(insts):
+        inputs = tuple(producer.get(x, "const") for x in inst.inputs)
+        structure.append((inst.kind.name, str(list(inst.attrs)), inputs))
+        for position, output in enumerate(inst.outputs):
+            producer[output] = (index, position)
+    return structure
