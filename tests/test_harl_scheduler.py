@@ -3,6 +3,7 @@ whose futures come back pending (as the RPC farm's do): builds overlap measureme
 is still joined."""
 
 import os
+import signal
 import tempfile
 import threading
 import time
@@ -32,12 +33,15 @@ MEASURE_S = 0.3  # per batch, on the fake farm
 class FakeBuilder(PyBuilder):
     """Builds nothing; notes when each batch's build started."""
 
-    def __init__(self) -> None:
+    def __init__(self, ctrl_c_at: int = 0) -> None:
         super().__init__()
         self.starts: list[float] = []
+        self.ctrl_c_at = ctrl_c_at  # press Ctrl-C during this batch's build (1: the first)
 
     def build(self, build_inputs):
         self.starts.append(time.monotonic())
+        if len(self.starts) == self.ctrl_c_at:
+            os.kill(os.getpid(), signal.SIGINT)  # harl's handler only sets the loop's flag
         return [BuilderResult(os.path.join(tempfile.mkdtemp(prefix="harl_fake_"), "x.tar"), None)
                 for _ in build_inputs]
 
@@ -66,14 +70,14 @@ class PendingRunner(PyRunner):
                 for _ in runner_inputs]
 
 
-def tune(tmp_path, sizes, max_in_flight, trials=12):
+def tune(tmp_path, sizes, max_in_flight, trials=12, ctrl_c_at=0):
     target = parse_target(None)
     load_tensor_intrinsics(target)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=0, max_in_flight=max_in_flight)
     plan = SearchPlan(task_scheduler=scheduler, cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace(),
                       measure_callbacks=[AllocatorFeedback(scheduler)])
-    builder, runner = FakeBuilder(), PendingRunner()
+    builder, runner = FakeBuilder(ctrl_c_at), PendingRunner()
     tasks = [TuningTask(f"matmul{n}", matmul_module(n), 1.0, 2 * n**3) for n in sizes]
     try:
         _, stats = tune_tasks(tasks, target, plan, tmp_path,
@@ -111,3 +115,12 @@ def test_a_single_task_waits_for_its_own_measurement(tmp_path):
     scheduler, builder, runner, (stats,) = tune(tmp_path, (16,), max_in_flight=1, trials=6)
     assert stats.trials == 6 and len(runner.spans) == 3
     assert scheduler.overlapped_batches == 0 and builds_during_measurement(builder, runner) == 0
+
+
+def test_ctrl_c_still_records_the_batch_left_in_measurement(tmp_path):
+    # Ctrl-C while the second task's batch builds: the first's is still on the fake farm.
+    with pytest.raises(KeyboardInterrupt):
+        tune(tmp_path, (16, 24), max_in_flight=1, ctrl_c_at=2)
+    history = (tmp_path / "history.csv").read_text().splitlines()[1:]
+    records = (tmp_path / "database_tuning_record.json").read_text().splitlines()
+    assert len(history) == len(records) == 2
