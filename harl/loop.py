@@ -25,6 +25,8 @@ from harl.resume import PriorRun, warm_start_cost_model
 from harl.search import SearchPlan
 from harl.stoppable_search import StoppableSearch
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class LoopSettings:
@@ -81,6 +83,17 @@ def _default_callbacks(interrupt) -> list:
             else callback for callback in MeasureCallback.create("default")]
 
 
+def _join_in_flight(task_scheduler) -> None:
+    """After Ctrl-C, wait for the batches still being measured (a farm's, when builds overlap
+    measurement), so that their trials are recorded like every other measured one."""
+    for task_id, record in enumerate(task_scheduler.tasks_):
+        if record.runner_futures is not None and not record.is_terminated:
+            try:
+                task_scheduler.join_running_task(task_id)
+            except Exception as err:  # the interrupt is what the user must see
+                logger.warning("task %d's batch in flight is lost: %s", task_id, err)
+
+
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
@@ -131,19 +144,24 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 warm_start_cost_model(plan.cost_model, contexts, resume.prior)
             if plan.on_start is not None:
                 plan.on_start(work_dir)
-            plan.task_scheduler.tune(
-                tasks=contexts,
-                task_weights=[task.weight for task in tasks],
-                max_trials_global=settings.trials,
-                max_trials_per_task=settings.trials,
-                num_trials_per_iter=settings.trials_per_batch,
-                builder=builder,
-                runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock),
-                measure_callbacks=[*_default_callbacks(interrupt), recorder,
-                                   *plan.measure_callbacks],
-                database=database,
-                cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
-            )
+            try:
+                plan.task_scheduler.tune(
+                    tasks=contexts,
+                    task_weights=[task.weight for task in tasks],
+                    max_trials_global=settings.trials,
+                    max_trials_per_task=settings.trials,
+                    num_trials_per_iter=settings.trials_per_batch,
+                    builder=builder,
+                    runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock),
+                    measure_callbacks=[*_default_callbacks(interrupt), recorder,
+                                       *plan.measure_callbacks],
+                    database=database,
+                    cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
+                )
+            except BaseException:
+                if interrupt.requested:  # keep what the farm is still measuring
+                    _join_in_flight(plan.task_scheduler)
+                raise
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

@@ -93,7 +93,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
     start = time.monotonic()
     plan = None
     if remaining > 0:
-        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores)
+        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
+                         overlap=config.rpc is not None)  # the farm's futures are pending
         settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
                                 num_cores=num_cores)
         progress = Progress(config.trials, enabled=False if config.quiet else None,

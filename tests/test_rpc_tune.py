@@ -94,6 +94,25 @@ def test_tunes_through_two_servers_and_survives_losing_one(tmp_path):
         assert len(records_kept) == report["trials_done"]
 
 
+def test_harl_builds_the_next_batch_while_the_farm_measures(tmp_path):
+    work_dir = tmp_path / "run"
+    with loopback_farm(tmp_path / "farm", servers=2, key="test-overlap") as (port, _):
+        proc = harl_tune(EXAMPLES / "mlp.onnx", "--strategy", "harl", "--trials", 8,
+                         "--trials-per-batch", 2, "--work-dir", work_dir, "--no-evaluate",
+                         "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", "test-overlap")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    overlapped = [line["alloc/overlapped_batches"] for line in lines
+                  if "alloc/overlapped_batches" in line]
+    # Batches chosen and built while another task's batch was still on the farm; the first is
+    # not, nor (3 tasks, 4 batches) need every later one be.
+    assert len(overlapped) == 4 and overlapped[-1] >= 2, overlapped
+    # every batch, in flight or not, was joined: recorded in history.csv and the database
+    rows = history_rows(work_dir)
+    assert len(rows) == 8 and all(row["latency_ms"] for row in rows)
+    assert len((work_dir / "database_tuning_record.json").read_text().splitlines()) == 8
+
+
 def test_unknown_key_fails_fast_in_one_line(tmp_path):
     from tvm.rpc.tracker import Tracker
 

@@ -93,3 +93,16 @@ def test_reward_is_relative_end_to_end_gain_per_trial():
     # A batch that buys nothing halves the gain instead of zeroing it.
     assert allocator.update(1, 4, 2.0) == 0.0
     assert np.isclose(allocator.tasks[1].gain, 0.5 * first_gain)
+
+
+def test_busy_tasks_are_not_chosen_and_none_when_only_busy_are_open():
+    allocator = TaskAllocator([1.0, 1.0, 1.0], [3.0, 2.0, 1.0], AllocatorConfig())
+    assert allocator.select() == 0  # unvisited: largest work first
+    assert allocator.select(busy={0}) == 1  # ... unless it is being measured
+    assert allocator.select(busy=[0, 1]) == 2
+    for task_id in range(3):
+        allocator.update(task_id, 4, 1.0)
+    assert all(allocator.select(busy={1, 2}) == 0 for _ in range(5))
+    allocator.finish(0)
+    assert allocator.select(busy={1, 2}) is None  # the caller waits for a busy one
+    assert allocator.select(busy={1}) == 2

@@ -15,6 +15,7 @@ yet counts as good as the best, so none is starved.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,9 +61,12 @@ class TaskAllocator:
         """The largest gain learned so far (a tiny positive number before any)."""
         return max([t.gain for t in self.tasks if t.gain is not None] + [1e-12])
 
-    def select(self) -> int | None:
-        """The task to tune next, or None when every task is finished."""
-        open_tasks = [i for i, t in enumerate(self.tasks) if not t.finished]
+    def select(self, busy: Collection[int] = ()) -> int | None:
+        """The task to tune next, or None when every task is finished or `busy`.
+
+        `busy` tasks have a batch still being measured: choosing one would wait for it.
+        """
+        open_tasks = [i for i, t in enumerate(self.tasks) if not t.finished and i not in busy]
         if not open_tasks:
             return None
         unvisited = [i for i in open_tasks if self.tasks[i].batches == 0]

@@ -25,8 +25,12 @@ class SearchPlan:
     metrics: object | None = None  # harl.report.metrics.MetricsLogger of the agents, if any
 
 
-def make_plan(name: str, seed: int, num_cores: int) -> SearchPlan:
-    """The search plan registered under `name`."""
+def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False) -> SearchPlan:
+    """The search plan registered under `name`.
+
+    `overlap`: the runner's futures come back pending (an RPC farm), so a strategy may choose and
+    build the next batch while one is measured (harl does; MetaSchedule's baseline does not).
+    """
     if name == "metaschedule":
         from harl.search.metaschedule import metaschedule_plan
 
@@ -34,5 +38,5 @@ def make_plan(name: str, seed: int, num_cores: int) -> SearchPlan:
     if name == "harl":
         from harl.search.harl import harl_plan
 
-        return harl_plan(seed=seed, num_cores=num_cores)
+        return harl_plan(seed=seed, num_cores=num_cores, overlap=overlap)
     raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

@@ -26,10 +26,13 @@ def _time_updates(xgb, metrics: MetricsLogger) -> None:
     xgb.update = timed_update
 
 
-def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8) -> SearchPlan:
+def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
+              overlap: bool = False) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
 
     One tile policy and one cost model serve every task, so what one task teaches the others use.
+    With `overlap` (a runner that returns pending futures), one task's batch stays in measurement
+    while the allocator chooses among the others and the next batch is built.
     """
     import torch
     from tvm.s_tir import meta_schedule as ms
@@ -42,7 +45,8 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8) -> SearchPlan:
     scorer = ProgramScorer(cost_model._inst)
     _time_updates(cost_model._inst, metrics)
     policy = TilePolicy(search.tile.policy, seed)
-    scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics)
+    scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,
+                                  max_in_flight=1 if overlap else 0)
 
     def on_start(work_dir: Path) -> None:
         metrics.open(work_dir / METRICS_FILE)

@@ -17,29 +17,71 @@ from harl.report.metrics import MetricsLogger
 
 @derived_object
 class HarlTaskScheduler(PyTaskScheduler):
-    """Overrides only next_task_id (overriding join_running_task recurses into C++)."""
+    """Overrides only next_task_id (overriding join_running_task recurses into C++).
+
+    TVM's loop builds the chosen task's batch, then hands it to the runner. With a runner whose
+    futures come back pending (an RPC farm), `max_in_flight` batches may stay in measurement
+    while the next task is chosen and its batch built: the allocator chooses among the tasks not
+    in flight. 0 (the default) waits for every measurement first, as a local runner needs: it
+    times inside `run`, and building beside it would disturb the timings.
+    """
 
     def __init__(self, config: AllocatorConfig, seed: int = 0,
-                 metrics: MetricsLogger | None = None) -> None:
+                 metrics: MetricsLogger | None = None, max_in_flight: int = 0) -> None:
         super().__init__()
         self.config = config
         self.seed = seed
         self.metrics = metrics if metrics is not None else MetricsLogger()
+        self.max_in_flight = max_in_flight
         self.allocator: TaskAllocator | None = None
         self.saved_state: list[dict] | None = None  # from a checkpoint, applied on first use
+        self.overlapped_batches = 0
+        """measured batches that were chosen while another task's batch was being measured"""
+        self._in_flight: list[int] = []  # tasks handed to TVM and not joined yet, oldest first
+        self._chosen_while_busy: set[int] = set()
 
     def next_task_id(self) -> int:
         records = self._outer().tasks_
         self._ensure_allocator(records)
+        busy = self._join_measured(records)
         for task_id, record in enumerate(records):
-            if record.runner_futures is not None:
-                self.join_running_task(task_id)  # results reach learn() via AllocatorFeedback
             if record.is_terminated:
                 self.allocator.finish(task_id)
         start = time.perf_counter()
-        choice = self.allocator.select()
+        choice = self.allocator.select(busy=busy)
         self.metrics.add("alloc/agent_seconds", time.perf_counter() - start)
-        return -1 if choice is None else choice
+        while choice is None and busy:  # only tasks in flight are open: wait for the oldest
+            self._join(busy.pop(0))
+            choice = self.allocator.select(busy=busy)
+        if choice is None:
+            return -1
+        if busy:
+            self._chosen_while_busy.add(choice)
+        self._in_flight.append(choice)
+        return choice
+
+    def _join_measured(self, records) -> list[int]:
+        """Join every task whose batch is measured; the tasks left in flight, oldest first.
+
+        The oldest are joined too while more than `max_in_flight` are left.
+        """
+        running = [i for i, record in enumerate(records) if record.runner_futures is not None]
+        order = {task_id: n for n, task_id in enumerate(self._in_flight)}
+        self._in_flight = sorted(running, key=lambda i: order.get(i, -1))
+        busy = []
+        for task_id in list(self._in_flight):
+            futures = records[task_id].runner_futures
+            if self.max_in_flight > 0 and not all(future.done() for future in futures):
+                busy.append(task_id)
+            else:
+                self._join(task_id)
+        while len(busy) > self.max_in_flight:
+            self._join(busy.pop(0))
+        return busy
+
+    def _join(self, task_id: int) -> None:
+        self.join_running_task(task_id)  # results reach learn() via AllocatorFeedback
+        self._in_flight.remove(task_id)
 
     def _ensure_allocator(self, records) -> None:
         if self.allocator is None:
@@ -57,10 +99,14 @@ class HarlTaskScheduler(PyTaskScheduler):
         best = min(latencies, default=math.inf)
         reward = self.allocator.update(task_id, len(latencies), best)
         task = self.allocator.tasks[task_id]
+        if task_id in self._chosen_while_busy:
+            self._chosen_while_busy.discard(task_id)
+            self.overlapped_batches += 1
         self.metrics.record("alloc/task", task_id)
         self.metrics.record("alloc/reward", reward)
         self.metrics.record("alloc/gain", math.nan if task.gain is None else task.gain)
         self.metrics.record("alloc/e2e_estimate_ms", self.allocator.end_to_end_s() * 1e3)
+        self.metrics.record("alloc/overlapped_batches", self.overlapped_batches)
         self.metrics.dump(task_id=task_id)
 
 
