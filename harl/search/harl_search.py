@@ -40,11 +40,15 @@ class HarlSearchConfig:
     elites_per_sketch: int = 4
     """best measured states each sketch keeps as trajectory starts"""
     fresh_samples: int = 4
-    """fresh random samples drawn per sketch and batch as trajectory starts"""
-    fresh_pool: int = 4
-    """random samples drawn per fresh slot, for the cost model to choose from once it ranks well"""
+    """fresh samples per sketch and batch that start trajectories (the pool's best predicted)"""
+    fresh_pool: int = 64
+    """random samples drawn per sketch and batch once the cost model has learned: it scores
+    them all, trajectories start from the best, and with enough trust the batch's fresh share
+    is measured from the top of the pool (a model that ranks only moderately well still
+    enriches the top of a broad pool far more than a local search can)"""
     screen_trust: float = 0.3
-    """trust (see `trust_window`) from which the cost model chooses among fresh samples"""
+    """trust (see `trust_window`) from which the cost model chooses which fresh samples are
+    measured"""
     trust_window: int = 24
     """a task's latest measured candidates on which the cost model's ranking is judged (its
     trust: rank correlation of predicted and measured); the batch's share measured from fresh
@@ -214,20 +218,20 @@ class HarlSearchStrategy(PySearchStrategy):
     def _fill_sketch(self, sketch_id: int, count: int) -> list[tuple[int, State, object]]:
         """`count` new candidates of one sketch: fresh samples and the trajectories' finds.
 
-        Before the cost model has learned, all are fresh samples. After, the share of fresh
-        samples follows how well the model ranked this task's measured candidates (its trust),
-        and once it ranks well enough it also chooses which fresh samples are measured.
+        Before the cost model has learned, all are fresh samples. After, it scores a pool of
+        fresh samples; trajectories start from the best measured states and the pool's best
+        predicted; the share measured from the pool follows how well the model ranked this
+        task's measured candidates (its trust), and once that is high enough the pool's
+        measured share is its top rather than a random draw.
         """
         sketch = self.sketches[sketch_id]
         informative = self.scorer.informative and bool(sketch.elites)
         trust = self.trust.value
-        fresh_share = max(sketch.tuner.fresh_share, 1.0 - trust)
-        n_fresh = int(round(count * fresh_share)) if informative else count
-        screen = informative and trust >= self.config.screen_trust
-        pool_size = n_fresh * (self.config.fresh_pool if screen else 1)
+        n_fresh = (int(round(count * max(sketch.tuner.fresh_share, 1.0 - trust)))
+                   if informative else count)
         cache: dict[State, object] = {}
         fresh: list[State] = []
-        for _ in range(self.config.fresh_samples + pool_size + count - n_fresh):
+        for _ in range(max(self.config.fresh_pool, count) if informative else count):
             sch = self._materialize(sketch_id, None)
             if sch is not None:
                 state = state_of(sch.trace)
@@ -240,15 +244,16 @@ class HarlSearchStrategy(PySearchStrategy):
         guided: list[State] = []
         if informative:
             evaluate = self._evaluator(sketch_id, cache)
+            scores = evaluate(fresh).scores
+            ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
             elites = [state for _, state in sketch.elites]
-            found = sketch.tuner.search(list(dict.fromkeys(
-                elites + fresh[: self.config.fresh_samples])), evaluate)
+            found = sketch.tuner.search(
+                list(dict.fromkeys(elites + ranked[: self.config.fresh_samples])), evaluate)
             others = sorted(found.visited, key=lambda s: -found.visited[s])
             guided = [s for s in dict.fromkeys(found.bests + others)
                       if found.visited[s] > -np.inf]
-            if screen:
-                scores = evaluate(fresh).scores
-                fresh = [fresh[i] for i in np.argsort(-scores, kind="stable")]
+            if trust >= self.config.screen_trust:
+                fresh = ranked
         picks: list[tuple[int, State, object]] = []
         for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
             if len(picks) >= count:
