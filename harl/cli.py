@@ -26,8 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", default=None, help=_help("target"))
     parser.add_argument("--trials", type=int, default=64, help=_help("trials") + " (default 64)")
     parser.add_argument("--work-dir", type=Path, default=None, help=_help("work_dir"))
-    parser.add_argument("--strategy", default="metaschedule", choices=list(STRATEGIES),
-                        help=_help("strategy") + " (default metaschedule)")
+    parser.add_argument("--strategy", default="harl", choices=list(STRATEGIES),
+                        help=_help("strategy") + " (default harl)")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
                         help=_help("input_shapes") + "; repeat for several inputs")
     parser.add_argument("--trials-per-batch", type=int, default=None,

@@ -62,7 +62,8 @@ class TuneConfig:
     trials: int = doc("global trial budget across all tasks", default=64)
     work_dir: Path | None = doc("where logs, database and report go "
                                 "(default: logs/<model name>/)", default=None)
-    strategy: str = doc("search strategy", default="metaschedule")
+    strategy: str = doc("search strategy: harl (the three agents) or metaschedule (TVM's "
+                        "evolutionary search, the baseline)", default="harl")
     input_shapes: dict[str, tuple[int, ...]] = doc("fixed shapes for model inputs",
                                                    default_factory=dict)
     seed: int = doc("random seed for search and verification inputs", default=0)

@@ -35,7 +35,7 @@ def test_report_history_and_database_agree(mlp_run):
     proc, work_dir = mlp_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((work_dir / "report.json").read_text())
-    assert report["verified"] is True and report["strategy"] == "metaschedule"
+    assert report["verified"] is True and report["strategy"] == "harl"  # the default
     assert report["max_abs_err"] <= 1e-3
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
@@ -61,18 +61,25 @@ def test_database_is_reused_by_plain_tvm(mlp_run):
     assert "harl" not in (ROOT / "tools" / "build_with_tvm.py").read_text().split('"""')[2]
 
 
-def test_harl_strategy_end_to_end(tmp_path):
-    proc = harl_tune(EXAMPLES / "mlp.onnx", "--strategy", "harl", "--trials", 6,
+def test_harl_agents_leave_metrics_and_checkpoints(mlp_run):
+    proc, work_dir = mlp_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((work_dir / "report.json").read_text())
+    lines = [json.loads(line) for line in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    keys = {key.split("/")[0] for line in lines for key in line if "/" in key}
+    assert {"alloc", "sketch", "tile"} <= keys
+    allocator = json.loads((work_dir / "agents" / "task_allocator.json").read_text())
+    assert sum(task["trials"] for task in allocator) == report["trials_done"]
+
+
+def test_metaschedule_baseline_end_to_end(tmp_path):
+    proc = harl_tune(EXAMPLES / "mlp.onnx", "--strategy", "metaschedule", "--trials", 6,
                      "--trials-per-batch", 2, "--work-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["strategy"] == "harl" and report["verified"] is True
+    assert report["strategy"] == "metaschedule" and report["verified"] is True
     assert report["trials_done"] >= 6 and all(t["trials"] > 0 for t in report["tasks"])
-    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    keys = {key.split("/")[0] for line in lines for key in line if "/" in key}
-    assert {"alloc", "sketch", "tile"} <= keys
-    allocator = json.loads((tmp_path / "agents" / "task_allocator.json").read_text())
-    assert sum(task["trials"] for task in allocator) == report["trials_done"]
+    assert not (tmp_path / "metrics.jsonl").exists()  # no agents, no agent metrics
     assert (tmp_path / "agents" / "tile_policy.npz").stat().st_size > 0
 
 
