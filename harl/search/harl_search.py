@@ -52,7 +52,11 @@ class HarlSearchConfig:
     trust_window: int = 24
     """a task's latest measured candidates on which the cost model's ranking is judged (its
     trust: rank correlation of predicted and measured); the batch's share measured from fresh
-    samples is at least 1 - trust"""
+    samples is at least 1 - trust, up to `max_fresh_share`"""
+    max_fresh_share: float = 0.5
+    """once a sketch has measured elites, at most this share of its candidates are fresh
+    samples; the rest refine the elites, even before the cost model ranks well (neighbours of
+    good schedules are often good: the prior MetaSchedule's mutations rely on)"""
 
 
 @dataclass
@@ -216,22 +220,23 @@ class HarlSearchStrategy(PySearchStrategy):
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
     def _fill_sketch(self, sketch_id: int, count: int) -> list[tuple[int, State, object]]:
-        """`count` new candidates of one sketch: fresh samples and the trajectories' finds.
+        """`count` new candidates of one sketch: fresh samples and refinements of its elites.
 
-        Before the cost model has learned, all are fresh samples. After, it scores a pool of
-        fresh samples; trajectories start from the best measured states and the pool's best
-        predicted; the share measured from the pool follows how well the model ranked this
-        task's measured candidates (its trust), and once that is high enough the pool's
-        measured share is its top rather than a random draw.
+        Until the sketch has a measured elite, all are fresh samples. After, the share of fresh
+        samples is 1 - the cost model's trust, within [the tuner's fresh share,
+        `max_fresh_share`]; the rest are the best states of trajectories from the elites (and
+        from the best-predicted fresh samples). Once the model has learned it scores a pool of
+        fresh samples, steers the trajectories, and with enough trust chooses which fresh samples
+        are measured; before, trajectories are random mutations.
         """
         sketch = self.sketches[sketch_id]
-        informative = self.scorer.informative and bool(sketch.elites)
-        trust = self.trust.value
-        n_fresh = (int(round(count * max(sketch.tuner.fresh_share, 1.0 - trust)))
-                   if informative else count)
+        learned = self.scorer.informative
+        share = min(self.config.max_fresh_share,
+                    max(sketch.tuner.fresh_share, 1.0 - self.trust.value))
+        n_fresh = int(round(count * share)) if sketch.elites else count
         cache: dict[State, object] = {}
         fresh: list[State] = []
-        for _ in range(max(self.config.fresh_pool, count) if informative else count):
+        for _ in range(max(self.config.fresh_pool, count) if learned else count):
             sch = self._materialize(sketch_id, None)
             if sch is not None:
                 state = state_of(sch.trace)
@@ -242,17 +247,21 @@ class HarlSearchStrategy(PySearchStrategy):
             if site.kind == "compute_location":
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         guided: list[State] = []
-        if informative:
-            evaluate = self._evaluator(sketch_id, cache)
-            scores = evaluate(fresh).scores
-            ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
+        if sketch.elites:
+            evaluate = (self._evaluator(sketch_id, cache) if learned
+                        else self._random_evaluator(sketch_id, cache))
+            ranked = fresh
+            if learned:
+                scores = evaluate(fresh).scores
+                ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
             elites = [state for _, state in sketch.elites]
             found = sketch.tuner.search(
-                list(dict.fromkeys(elites + ranked[: self.config.fresh_samples])), evaluate)
+                list(dict.fromkeys(elites + ranked[: self.config.fresh_samples])), evaluate,
+                learn=learned)
             others = sorted(found.visited, key=lambda s: -found.visited[s])
             guided = [s for s in dict.fromkeys(found.bests + others)
                       if found.visited[s] > -np.inf]
-            if trust >= self.config.screen_trust:
+            if learned and self.trust.value >= self.config.screen_trust:
                 fresh = ranked
         picks: list[tuple[int, State, object]] = []
         for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
@@ -268,6 +277,17 @@ class HarlSearchStrategy(PySearchStrategy):
             picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some
         self.metrics.record(f"tile/fresh_picked_{sketch_id}", n_fresh / max(1, count))
         return picks
+
+    def _random_evaluator(self, sketch_id: int, cache: dict):
+        """Random scores for the legal states: trajectories become random mutations."""
+        legal = self._evaluator(sketch_id, cache)
+
+        def evaluate(states: list[State]) -> Evaluation:
+            result = legal(states)  # -inf where illegal; features stay zero (not extracted)
+            alive = np.isfinite(result.scores)
+            result.scores[alive] = self.rng.uniform(size=int(alive.sum()))
+            return result
+        return evaluate
 
     def generate_measure_candidates(self):
         start = time.perf_counter()
