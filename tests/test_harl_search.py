@@ -13,6 +13,7 @@ from harl.search.harl_search import (
     HarlSearchConfig,
     HarlSearchStrategy,
     ProgramScorer,
+    fresh_count,
     tunable_insts,
 )
 from harl.target import parse_target
@@ -133,9 +134,39 @@ def test_a_model_that_ranks_well_is_followed_and_one_that_ranks_badly_is_not():
     good_means, good_trust = tune_with(RankingScorer(1))
     bad_means, bad_trust = tune_with(RankingScorer(-1))
     assert good_trust > 0.8 and bad_trust == 0.0
-    # Followed, the good model's favourites beat the fresh samples that replace the bad one's;
-    # ignored, the bad model cannot steer the batch to its favourites (the slowest).
+    # Followed, the good model's favourites beat the batches of the bad one, which steers only
+    # the refining half of each batch (the rest are fresh samples).
     assert np.mean(good_means) < np.mean(bad_means)
+
+
+def test_fresh_share_follows_trust_within_bounds():
+    assert fresh_count(8, has_elites=False, trust=1.0, tuner_share=0.2, max_share=0.5) == 8
+    assert fresh_count(8, True, trust=0.0, tuner_share=0.2, max_share=0.5) == 4  # capped
+    assert fresh_count(8, True, trust=0.75, tuner_share=0.2, max_share=0.5) == 2  # 1 - trust
+    assert fresh_count(8, True, trust=1.0, tuner_share=0.25, max_share=0.5) == 2  # tuner's floor
+
+
+def test_elites_are_refined_before_the_cost_model_has_learned():
+    """With a model still guessing, half of a sketch's batch are mutations of its elites."""
+    strategy, spaces = make_strategy(64)  # ProgramScorer without a model: never informative
+    strategy.pre_tuning(64, 16, spaces, None, None)
+    candidates = strategy.generate_measure_candidates()
+    strategy.notify_runner_results(
+        candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    found = {}
+    for sketch_id, sketch in enumerate(strategy.sketches):
+        search = sketch.tuner.search
+
+        def spy(starts, evaluate, learn=True, search=search, sketch_id=sketch_id):
+            found[sketch_id] = search(starts, evaluate, learn)
+            assert not learn  # random scores teach the policy nothing
+            return found[sketch_id]
+        sketch.tuner.search = spy
+    strategy.generate_measure_candidates()
+    refined = [state for sketch_id, state, _ in strategy.pending
+               if sketch_id in found and state in found[sketch_id].visited]
+    with_elites = [p for p in strategy.pending if strategy.sketches[p[0]].elites]
+    assert with_elites and len(refined) >= len(with_elites) // 2 - 1
 
 
 def test_resumed_search_starts_from_the_databases_best_records(tmp_path):

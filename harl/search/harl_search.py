@@ -68,6 +68,19 @@ class Sketch:
     elites: list[tuple[float, State]] = field(default_factory=list)
 
 
+def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
+                max_share: float) -> int:
+    """How many of a sketch's `count` candidates are fresh samples.
+
+    All of them until the sketch has a measured elite; then 1 - trust of them (a model that
+    ranks badly steers little), at least the tile tuner's adaptive share and at most `max_share`
+    (the rest refine the elites, whatever the model's trust).
+    """
+    if not has_elites:
+        return count
+    return int(round(count * min(max_share, max(tuner_share, 1.0 - trust))))
+
+
 def pooled(features: np.ndarray) -> np.ndarray:
     """Per-store program features pooled to a fixed size (mean and max over stores)."""
     if features.size == 0:
@@ -231,9 +244,8 @@ class HarlSearchStrategy(PySearchStrategy):
         """
         sketch = self.sketches[sketch_id]
         learned = self.scorer.informative
-        share = min(self.config.max_fresh_share,
-                    max(sketch.tuner.fresh_share, 1.0 - self.trust.value))
-        n_fresh = int(round(count * share)) if sketch.elites else count
+        n_fresh = fresh_count(count, bool(sketch.elites), self.trust.value,
+                              sketch.tuner.fresh_share, self.config.max_fresh_share)
         cache: dict[State, object] = {}
         fresh: list[State] = []
         for _ in range(max(self.config.fresh_pool, count) if learned else count):
