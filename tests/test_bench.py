@@ -22,7 +22,12 @@ from benchlib.curves import (  # noqa: E402
     spread,
     trial_cost,
 )
-from benchlib.report import reach_baseline, summary_rows, vs_baseline  # noqa: E402
+from benchlib.report import (  # noqa: E402
+    agent_split,
+    reach_baseline,
+    summary_rows,
+    vs_baseline,
+)
 from benchlib.runs import RunResult, RunSpec  # noqa: E402
 from benchlib.timing import ONNXRUNTIME, UNTUNED  # noqa: E402
 
@@ -30,6 +35,17 @@ from benchlib.timing import ONNXRUNTIME, UNTUNED  # noqa: E402
 def row(time_s, task, latency, **batch):
     return {"time_s": str(time_s), "task_id": str(task),
             "latency_ms": "" if latency is None else str(latency), **batch}
+
+
+def test_agent_split_is_per_trial_measured_in_this_run():
+    spec = RunSpec(Path("m.onnx"), "m", "harl", 64, 0)
+    report = {"trials_done": 30, "trials_resumed": 10, "agent_seconds": {
+        "alloc/agent_seconds": 1.0, "search/agent_seconds": 9.0,
+        "cost_model/update_seconds": 2.0}}
+    assert agent_split(RunResult(spec, Path("."), 0, report=report)) == (0.5, 0.1)
+    baseline = RunResult(RunSpec(Path("m.onnx"), "m", "metaschedule", 64, 0), Path("."), 0,
+                         report={"trials_done": 30, "agent_seconds": {}})
+    assert agent_split(baseline) is None  # MetaSchedule's search has no such split
 
 
 def test_estimate_starts_once_every_task_is_measured_and_keeps_the_best():

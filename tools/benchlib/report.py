@@ -16,7 +16,20 @@ BASELINE = "metaschedule"
 RUN_COLUMNS = ("model", "strategy", "trials", "seed", "exit_code", "tune_wall_s", "process_wall_s",
                "trials_done", "final_estimate_ms", "latency_ms", "vs_metaschedule",
                "vs_onnxruntime", "vs_untuned", "verified", "max_abs_err",
-               "build_s_per_trial", "run_s_per_trial", "search_s_per_trial", "work_dir")
+               "build_s_per_trial", "run_s_per_trial", "search_s_per_trial",
+               "agents_s_per_trial", "cost_model_training_s_per_trial", "work_dir")
+
+
+def agent_split(run: RunResult) -> tuple[float, float] | None:
+    """harl's seconds per trial in its agents (allocator, search with the cost model's
+    predictions) and in cost-model training, from report.json; None for other strategies."""
+    seconds = run.report.get("agent_seconds") or {}
+    trials = run.report.get("trials_done", 0) - run.report.get("trials_resumed", 0)
+    if not seconds or trials <= 0:
+        return None
+    training = seconds.get("cost_model/update_seconds", 0.0)
+    agents = sum(v for k, v in seconds.items() if k.endswith("agent_seconds"))
+    return agents / trials, training / trials
 
 
 def baseline_of(run: RunResult, runs: Sequence[RunResult]) -> RunResult | None:
@@ -55,7 +68,7 @@ def write_runs_csv(path: Path, runs: Sequence[RunResult],
         writer.writerow(RUN_COLUMNS)
         for run in runs:
             refs = references.get(run.spec.label, {})
-            cost = run.cost
+            cost, split = run.cost, agent_split(run)
             writer.writerow([_fmt(v) for v in (
                 run.spec.label, run.spec.strategy, run.spec.trials, run.spec.seed, run.exit_code,
                 run.report.get("tune_seconds"), run.process_s, run.report.get("trials_done"),
@@ -63,7 +76,8 @@ def write_runs_csv(path: Path, runs: Sequence[RunResult],
                 ratio(run.latency_ms, refs.get(ONNXRUNTIME)),
                 ratio(run.latency_ms, refs.get(UNTUNED)), run.verified, run.max_abs_err,
                 cost.build_s if cost else None, cost.run_s if cost else None,
-                cost.search_s if cost else None, str(run.work_dir))])
+                cost.search_s if cost else None, split[0] if split else None,
+                split[1] if split else None, str(run.work_dir))])
 
 
 @dataclass(frozen=True)
@@ -111,7 +125,8 @@ def _reach_text(reach: Reach, which: str) -> str:
 SUMMARY_COLUMNS = ("model", "trials", "strategy", "latency / metaschedule",
                    "trials to metaschedule's final", "tuning s to metaschedule's final",
                    "tuned / onnxruntime", "tuning wall s",
-                   "per trial s: build / run / search+cost model")
+                   "per trial s: build / run / search+cost model (harl: agents, cost-model "
+                   "training)")
 
 
 def summary_rows(runs: Sequence[RunResult],
@@ -129,6 +144,10 @@ def summary_rows(runs: Sequence[RunResult],
         cost_text = "n/a" if not costs else " / ".join(
             f"{spread(getattr(c, part) for c in costs).median:.3g}"
             for part in ("build_s", "run_s", "search_s"))
+        splits = [split for r in group if (split := agent_split(r)) is not None]
+        if costs and splits:
+            cost_text += (f" (agents {spread(a for a, _ in splits).median:.3g}, "
+                          f"training {spread(t for _, t in splits).median:.3g})")
         failed = [r for r in group if r.exit_code != 0]
         strategy_text = strategy + (f" ({len(failed)} of {len(group)} runs failed)"
                                     if failed else "")
