@@ -72,19 +72,19 @@ class TaskAllocator:
         unvisited = [i for i in open_tasks if self.tasks[i].batches == 0]
         if unvisited:  # largest expected work first
             return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
-        values = [self.value(i) for i in open_tasks]
+        total, gain_scale = self.end_to_end_s(), self._gain_scale()
+        values = [self._value(self.tasks[i], total, gain_scale) for i in open_tasks]
         best = max(values)
         ties = [i for i, v in zip(open_tasks, values, strict=True) if v >= best - 1e-12]
         return int(self.rng.choice(ties))
 
-    def value(self, task_id: int) -> float:
-        """Learned gain per trial plus the forward chance of a visited task."""
-        task = self.tasks[task_id]
-        total = self.end_to_end_s()
+    def _value(self, task: TaskState, total: float, gain_scale: float) -> float:
+        """Learned gain per trial plus the forward chance of a visited task (`total`: the
+        end-to-end estimate; `gain_scale`: the largest learned gain)."""
         share = task.weight * task.best_s / total if total > 0 and math.isfinite(
             task.best_s) else 1.0  # every candidate so far failed: all still to buy
         chance = share / max(1, task.trials)
-        gain = self._gain_scale() if task.gain is None else task.gain  # optimism when unobserved
+        gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
         return gain + self.config.forward_weight * chance
 
     def update(self, task_id: int, trials: int, best_s: float) -> float:
