@@ -8,6 +8,7 @@ from conftest import matmul_module
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
+from harl.agents.model_trust import TrustBoard
 from harl.agents.tile_tuner import Evaluation
 from harl.search.harl_search import (
     HarlSearchConfig,
@@ -25,14 +26,15 @@ def tile_products(trace):
             for inst in tunable_insts(trace) if inst.kind.name == "SamplePerfectTile"]
 
 
-def make_strategy(n=64, scorer=None):
+def make_strategy(n=64, scorer=None, trust_board=None, task_id=-1):
     """A strategy bound to a matmul task, and that task's design spaces."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
     context = ms.TuneContext(mod=matmul_module(n), target=target,
                              space_generator="post-order-apply", task_name="matmul",
                              num_threads=1).clone()
-    strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1, scorer=scorer)
+    strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1, scorer=scorer,
+                                  trust_board=trust_board, task_id=task_id)
     strategy._initialize_with_tune_context(context)
     return strategy, context.generate_design_space()
 
@@ -116,6 +118,9 @@ class RankingScorer:
     def __call__(self, context, candidates):
         return Evaluation(np.array([self.direction / fake_latency(c.sch) for c in candidates]))
 
+    def holdout_trust(self, mod):
+        return None  # judged only on what it predicted before measurement
+
 
 def tune_with(scorer, batches=4, batch_size=8):
     """Mean fake latency of each batch after the first, and the trust reached."""
@@ -192,3 +197,39 @@ def test_resumed_search_starts_from_the_databases_best_records(tmp_path):
     assert recorded <= resumed.measured
     for candidate in resumed.generate_measure_candidates():
         assert tvm_ffi.structural_hash(candidate.sch.mod) not in recorded
+
+
+def first_batch_mean(trust_board):
+    """Mean fake latency of a new task's first batch, chosen with a model that ranks well."""
+    strategy, spaces = make_strategy(64, scorer=RankingScorer(1), trust_board=trust_board,
+                                     task_id=1)
+    strategy.pre_tuning(8, 8, spaces, None, None)
+    return float(np.mean([fake_latency(c.sch) for c in strategy.generate_measure_candidates()]))
+
+
+def test_a_new_task_borrows_the_trust_the_model_earned_on_the_others():
+    unjudged = first_batch_mean(TrustBoard(24))  # no task judged: the batch is random samples
+    board = TrustBoard(24)
+    judged = board.task(0)
+    for latency in (1e-3, 2e-3, 3e-3, 4e-3):
+        judged.add(1 / latency, latency)  # the model ranked task 0 perfectly
+    assert board.prior(1) == 1.0
+    assert first_batch_mean(board) < 0.8 * unjudged  # the pool's best-predicted are measured
+
+
+def test_holdout_trust_judges_the_model_on_measurements_it_did_not_train_on():
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
+    from tvm.s_tir.meta_schedule.utils import shash2hex
+
+    rng = np.random.default_rng(0)
+    mod, other = matmul_module(64), matmul_module(32)
+    features = [rng.uniform(size=(2, 6)).astype("float32") for _ in range(24)]
+    learnable = np.array([1e-3 / (1 + f[:, 0].sum()) for f in features], dtype="float32")
+    for costs, expect_high in ((learnable, True), (rng.permutation(learnable), False)):
+        xgb = ms.cost_model.XGBModel(num_warmup_samples=0, num_tuning_cores=1)._inst
+        xgb.data[shash2hex(other)] = FeatureGroup("other", features[:12], learnable[:12])
+        xgb.data[shash2hex(mod)] = FeatureGroup("this", list(features), costs)
+        trust = ProgramScorer(xgb).holdout_trust(mod)
+        assert (trust > 0.7) if expect_high else (trust < 0.5)
+    xgb.data[shash2hex(mod)] = FeatureGroup("this", features[:5], learnable[:5])
+    assert ProgramScorer(xgb).holdout_trust(mod) is None  # too few to judge

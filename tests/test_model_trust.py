@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from harl.agents.model_trust import ModelTrust, rank_correlation
+from harl.agents.model_trust import ModelTrust, TrustBoard, rank_correlation
 
 
 def test_rank_correlation_matches_spearman_with_ties():
@@ -47,3 +47,16 @@ def test_window_forgets_old_pairs():
     for latency in [1e-3, 2e-3, 3e-3, 4e-3]:
         trust.add(1 / latency, latency)  # the model has learned
     assert math.isclose(trust.value, 1.0)
+
+
+def test_an_unjudged_task_borrows_the_mean_trust_of_the_judged_others():
+    board = TrustBoard(window=24)
+    assert board.prior(0) is None  # nothing judged yet
+    good, bad, young = board.task(0), board.task(1), board.task(2)
+    for latency in (1e-3, 2e-3, 3e-3, 4e-3):
+        good.add(1 / latency, latency)
+        bad.add(latency, latency)
+    young.add(1.0, 1e-3)  # too few to be judged, or to count for the others
+    assert not young.judged and good.judged
+    assert math.isclose(board.prior(2), 0.5)  # mean of 1 and 0
+    assert math.isclose(board.prior(0), 0.0)  # a task's own trust is not its prior

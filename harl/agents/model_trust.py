@@ -45,9 +45,37 @@ class ModelTrust:
         self.pairs.append((float(predicted_score), throughput))
 
     @property
+    def judged(self) -> bool:
+        """Whether enough candidates were measured to judge the model on this task."""
+        return len(self.pairs) >= self.min_pairs
+
+    @property
     def value(self) -> float:
         """In [0, 1]; 0 until `min_pairs` candidates were measured."""
-        if len(self.pairs) < self.min_pairs:
+        if not self.judged:
             return 0.0
         predicted, measured = np.array(self.pairs).T
         return max(0.0, rank_correlation(predicted, measured))
+
+
+class TrustBoard:
+    """Every task's ModelTrust, and what a task not yet judged can borrow from the others.
+
+    The cost model is shared by the tasks, so how well it ranks the tasks it has been judged on
+    is the best guess for a task it has not (the subgraphs of one model are much alike).
+    """
+
+    def __init__(self, window: int, min_pairs: int = 4) -> None:
+        self.window, self.min_pairs = window, min_pairs
+        self.tasks: dict[int, ModelTrust] = {}
+
+    def task(self, task_id: int) -> ModelTrust:
+        """A fresh trust for the task, whose tuning starts."""
+        self.tasks[task_id] = ModelTrust(self.window, self.min_pairs)
+        return self.tasks[task_id]
+
+    def prior(self, task_id: int) -> float | None:
+        """Mean trust of the other judged tasks; None when there are none."""
+        values = [trust.value for other, trust in self.tasks.items()
+                  if other != task_id and trust.judged]
+        return float(np.mean(values)) if values else None

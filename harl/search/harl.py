@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from harl.agents import checkpoint
+from harl.agents.model_trust import TrustBoard
 from harl.agents.task_allocator import AllocatorConfig
 from harl.agents.tile_policy import TilePolicy
 from harl.report.metrics import METRICS_FILE, MetricsLogger
@@ -45,6 +46,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     scorer = ProgramScorer(cost_model._inst)
     _time_updates(cost_model._inst, metrics)
     policy = TilePolicy(search.tile.policy, seed)
+    trust_board = TrustBoard(search.trust_window)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,
                                   max_in_flight=1 if overlap else 0)
 
@@ -70,7 +72,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
         cost_model=cost_model,
         make_search_strategy=lambda index: HarlSearchStrategy(
             search, seed=seed * 7919 + index, policy=policy, scorer=scorer, metrics=metrics,
-            task_id=index),
+            task_id=index, trust_board=trust_board),
         measure_callbacks=[AllocatorFeedback(scheduler)],
         on_start=on_start,
         on_finish=on_finish,

@@ -14,7 +14,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 from tvm.s_tir.schedule import Trace
 
-from harl.agents.model_trust import ModelTrust
+from harl.agents.model_trust import TrustBoard, rank_correlation
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
@@ -116,6 +116,39 @@ class ProgramScorer:
         return Evaluation(np.asarray(self.xgb._predict(xs=raw), dtype=float),
                           np.stack([pooled(x) for x in raw]))
 
+    def holdout_trust(self, mod, folds: int = 3, min_samples: int = 8) -> float | None:
+        """How well the model ranks `mod`'s measured candidates it has not trained on.
+
+        k-fold over the workload's measurements (every other workload's stay in training):
+        the rank correlation of the held-out predictions with the measured throughputs, clipped
+        at 0. None with fewer than `min_samples` measurements. It judges the model on a task
+        before any of its predictions could be checked against a measurement.
+        """
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        group = self.xgb.data.get(shash2hex(mod)) if self.xgb is not None else None
+        if group is None or len(group.features) < min_samples:
+            return None
+        others = [g for g in self.xgb.data.values() if g is not group]
+        base_xs = [x for g in others for x in g.features]
+        base_ys = [g.min_cost / g.costs for g in others]
+        scratch = ms.cost_model.XGBModel(
+            extractor=self.extractor, config=self.xgb.config, num_warmup_samples=0,
+            early_stopping_rounds=self.xgb.early_stopping_rounds, verbose_eval=10**9,
+            average_peak_n=self.xgb.average_peak_n)._inst
+        order = self.rng.permutation(len(group.features))
+        predicted = np.zeros(len(order))
+        for fold in range(folds):
+            test, train = order[fold::folds], np.setdiff1d(order, order[fold::folds])
+            costs = group.costs[train]
+            scratch._train(xs=base_xs + [group.features[i] for i in train],
+                           ys=np.concatenate([*base_ys, costs.min() / costs]))
+            predicted[test] = scratch._predict(xs=[group.features[i] for i in test])
+        failed = group.costs >= 1e9  # XGBModel's cost of a failed run is 1e10 s
+        throughput = np.where(failed, 0.0, 1.0 / np.where(failed, 1.0, group.costs))
+        return max(0.0, rank_correlation(predicted, throughput))
+
 
 @derived_object
 class HarlSearchStrategy(PySearchStrategy):
@@ -123,7 +156,8 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def __init__(self, config: HarlSearchConfig | None = None, seed: int = 0,
                  policy: TilePolicy | None = None, scorer: ProgramScorer | None = None,
-                 metrics: MetricsLogger | None = None, task_id: int = -1) -> None:
+                 metrics: MetricsLogger | None = None, task_id: int = -1,
+                 trust_board: TrustBoard | None = None) -> None:
         super().__init__()
         self.config = config or HarlSearchConfig()
         self.seed = seed
@@ -132,6 +166,8 @@ class HarlSearchStrategy(PySearchStrategy):
         self.scorer = scorer if scorer is not None else ProgramScorer()
         self.metrics = metrics if metrics is not None else MetricsLogger()
         self.task_id = task_id
+        self.trust_board = (trust_board if trust_board is not None
+                            else TrustBoard(self.config.trust_window))
 
     def _initialize_with_tune_context(self, context) -> None:
         self.mod = context.mod
@@ -146,7 +182,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
-        self.trust = ModelTrust(self.config.trust_window)
+        self.trust = self.trust_board.task(self.task_id)
         self.sketches = []
         for index, space in enumerate(design_spaces):
             trace = space.trace.simplified(remove_postproc=True)
@@ -193,7 +229,7 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def clone(self):
         return HarlSearchStrategy(self.config, self.seed, self.policy, self.scorer, self.metrics,
-                                  self.task_id)
+                                  self.task_id, self.trust_board)
 
     # -- candidates -------------------------------------------------------------------------
 
@@ -232,19 +268,35 @@ class HarlSearchStrategy(PySearchStrategy):
     def _candidate(sch) -> MeasureCandidate:
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
-    def _fill_sketch(self, sketch_id: int, count: int) -> list[tuple[int, State, object]]:
+    def _batch_trust(self) -> float:
+        """The cost model's trust for this batch of the task.
+
+        Its own once enough of its predictions were measured; before, the model is judged on
+        the task's held-out measurements, and with too few of them it borrows the other tasks'
+        trust (see TrustBoard). 0 while the model has not learned.
+        """
+        if self.trust.judged or not self.scorer.informative:
+            return self.trust.value
+        held_out = self.scorer.holdout_trust(self.mod)
+        if held_out is not None:
+            return held_out
+        prior = self.trust_board.prior(self.task_id)
+        return 0.0 if prior is None else prior
+
+    def _fill_sketch(self, sketch_id: int, count: int,
+                     trust: float) -> list[tuple[int, State, object]]:
         """`count` new candidates of one sketch: fresh samples and refinements of its elites.
 
         Until the sketch has a measured elite, all are fresh samples. After, the share of fresh
-        samples is 1 - the cost model's trust, within [the tuner's fresh share,
+        samples is 1 - the cost model's `trust`, within [the tuner's fresh share,
         `max_fresh_share`]; the rest are the best states of trajectories from the elites (and
         from the best-predicted fresh samples). Once the model has learned it scores a pool of
         fresh samples, steers the trajectories, and with enough trust chooses which fresh samples
-        are measured; before, trajectories are random mutations.
+        are measured (a new task's first ones too); before, trajectories are random mutations.
         """
         sketch = self.sketches[sketch_id]
         learned = self.scorer.informative
-        n_fresh = fresh_count(count, bool(sketch.elites), self.trust.value,
+        n_fresh = fresh_count(count, bool(sketch.elites), trust,
                               sketch.tuner.fresh_share, self.config.max_fresh_share)
         cache: dict[State, object] = {}
         fresh: list[State] = []
@@ -259,13 +311,13 @@ class HarlSearchStrategy(PySearchStrategy):
             if site.kind == "compute_location":
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         guided: list[State] = []
+        evaluate = (self._evaluator(sketch_id, cache) if learned
+                    else self._random_evaluator(sketch_id, cache))
+        ranked = fresh
+        if learned:
+            scores = evaluate(fresh).scores
+            ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         if sketch.elites:
-            evaluate = (self._evaluator(sketch_id, cache) if learned
-                        else self._random_evaluator(sketch_id, cache))
-            ranked = fresh
-            if learned:
-                scores = evaluate(fresh).scores
-                ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
             elites = [state for _, state in sketch.elites]
             found = sketch.tuner.search(
                 list(dict.fromkeys(elites + ranked[: self.config.fresh_samples])), evaluate,
@@ -273,8 +325,8 @@ class HarlSearchStrategy(PySearchStrategy):
             others = sorted(found.visited, key=lambda s: -found.visited[s])
             guided = [s for s in dict.fromkeys(found.bests + others)
                       if found.visited[s] > -np.inf]
-            if learned and self.trust.value >= self.config.screen_trust:
-                fresh = ranked
+        if learned and trust >= self.config.screen_trust:
+            fresh = ranked
         picks: list[tuple[int, State, object]] = []
         for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
             if len(picks) >= count:
@@ -307,10 +359,12 @@ class HarlSearchStrategy(PySearchStrategy):
         if remaining <= 0 or not self.sketches:
             return None
         counts = self.chooser.allocate(min(self.batch_size, remaining))
+        trust = self._batch_trust()
+        self.metrics.record("tile/batch_trust", trust)
         picks = []
         for sketch_id, count in enumerate(counts):
             if count > 0:
-                picks.extend(self._fill_sketch(sketch_id, int(count)))
+                picks.extend(self._fill_sketch(sketch_id, int(count), trust))
         self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         if not picks:
             return None
