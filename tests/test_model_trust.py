@@ -49,14 +49,24 @@ def test_window_forgets_old_pairs():
     assert math.isclose(trust.value, 1.0)
 
 
-def test_an_unjudged_task_borrows_the_mean_trust_of_the_judged_others():
-    board = TrustBoard(window=24)
-    assert board.prior(0) is None  # nothing judged yet
-    good, bad, young = board.task(0), board.task(1), board.task(2)
+def test_an_unjudged_task_borrows_the_ranking_the_model_showed_on_the_others():
+    board = TrustBoard(window=24, min_comparisons=6)
+    assert board.prior(0) is None  # nothing measured yet
+    tasks = [board.task(i) for i in range(4)]
+    for trust in tasks[:3]:
+        trust.add(0.9, 1e-3)  # two candidates of a task: one ordered pair
+        trust.add(0.1, 2e-3)
+    assert board.prior(3) is None  # 3 ordered pairs: too few
     for latency in (1e-3, 2e-3, 3e-3, 4e-3):
-        good.add(1 / latency, latency)
-        bad.add(latency, latency)
-    young.add(1.0, 1e-3)  # too few to be judged, or to count for the others
-    assert not young.judged and good.judged
-    assert math.isclose(board.prior(2), 0.5)  # mean of 1 and 0
-    assert math.isclose(board.prior(0), 0.0)  # a task's own trust is not its prior
+        tasks[3].add(1 / latency, latency)  # 6 more pairs, all ordered right
+    assert math.isclose(board.prior(0), 1.0)  # 2 + 6 pairs of the other tasks, all right
+    assert board.prior(3) is None  # a task's own pairs are not its prior
+    reversed_task = board.task(4)
+    for latency in (1e-3, 2e-3, 3e-3, 4e-3, 5e-3):
+        reversed_task.add(latency, latency)  # 10 pairs, all the wrong way round
+    assert board.prior(0) == 0.0  # 8 right against 10 wrong
+    # Pairs across tasks are never compared: latencies of different tasks are not comparable.
+    cross = TrustBoard(window=24, min_comparisons=1)
+    cross.task(0).add(0.9, 5e-3)
+    cross.task(1).add(0.1, 1e-3)
+    assert cross.prior(2) is None

@@ -61,12 +61,17 @@ class ModelTrust:
 class TrustBoard:
     """Every task's ModelTrust, and what a task not yet judged can borrow from the others.
 
-    The cost model is shared by the tasks, so how well it ranks the tasks it has been judged on
-    is the best guess for a task it has not (the subgraphs of one model are much alike).
+    The cost model is shared by the tasks, so how well it ranks the tasks it has been measured on
+    is the best guess for a task it has not (the subgraphs of one model are much alike). A task
+    needs `min_pairs` measured predictions to be judged alone, but two already tell whether the
+    model ordered them right, so the prior pools every such comparison of the other tasks: the
+    first batches of a model with many tasks are screened by the model once it has proved itself
+    on a few of them.
     """
 
-    def __init__(self, window: int, min_pairs: int = 4) -> None:
+    def __init__(self, window: int, min_pairs: int = 4, min_comparisons: int = 6) -> None:
         self.window, self.min_pairs = window, min_pairs
+        self.min_comparisons = min_comparisons
         self.tasks: dict[int, ModelTrust] = {}
 
     def task(self, task_id: int) -> ModelTrust:
@@ -75,7 +80,23 @@ class TrustBoard:
         return self.tasks[task_id]
 
     def prior(self, task_id: int) -> float | None:
-        """Mean trust of the other judged tasks; None when there are none."""
-        values = [trust.value for other, trust in self.tasks.items()
-                  if other != task_id and trust.judged]
-        return float(np.mean(values)) if values else None
+        """The model's rank correlation judged on the other tasks' measured predictions.
+
+        Kendall's tau over the pairs of candidates within each other task (never across tasks:
+        their throughputs are not comparable), mapped to the scale of Spearman's rho that
+        ModelTrust uses (Greiner's relation, sin(pi tau / 2)), clipped at 0. None with fewer than
+        `min_comparisons` ordered pairs.
+        """
+        concordant = discordant = 0
+        for other, trust in self.tasks.items():
+            if other == task_id or len(trust.pairs) < 2:
+                continue
+            predicted, measured = np.array(trust.pairs).T
+            signs = (np.sign(predicted[:, None] - predicted[None, :])
+                     * np.sign(measured[:, None] - measured[None, :]))
+            concordant += int((signs > 0).sum()) // 2
+            discordant += int((signs < 0).sum()) // 2
+        if concordant + discordant < self.min_comparisons:
+            return None
+        tau = (concordant - discordant) / (concordant + discordant)
+        return max(0.0, float(np.sin(np.pi * tau / 2)))
