@@ -13,10 +13,10 @@ from harl.agents.tile_tuner import Evaluation
 from harl.search.harl_search import (
     HarlSearchConfig,
     HarlSearchStrategy,
-    ProgramScorer,
     fresh_count,
     tunable_insts,
 )
+from harl.search.program_scorer import ProgramScorer
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 

@@ -12,7 +12,8 @@ from harl.agents.tile_policy import TilePolicy
 from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search import SearchPlan
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
-from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy, ProgramScorer
+from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
+from harl.search.program_scorer import ProgramScorer
 
 
 def _time_updates(xgb, metrics: MetricsLogger) -> None:

@@ -14,13 +14,13 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 from tvm.s_tir.schedule import Trace
 
-from harl.agents.model_trust import TrustBoard, rank_correlation
+from harl.agents.model_trust import TrustBoard
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
-from harl.interrupt import check_interrupt
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
+from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import (
     initial_options,
     site_of,
@@ -79,75 +79,6 @@ def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
     if not has_elites:
         return count
     return int(round(count * min(max_share, max(tuner_share, 1.0 - trust))))
-
-
-def pooled(features: np.ndarray) -> np.ndarray:
-    """Per-store program features pooled to a fixed size (mean and max over stores)."""
-    if features.size == 0:
-        return np.zeros(2 * features.shape[-1], dtype=np.float32)
-    return np.concatenate([features.mean(0), features.max(0)]).astype(np.float32)
-
-
-class ProgramScorer:
-    """Scores schedules with the run's XGBoost model and returns their pooled features too.
-
-    `xgb` is TVM's XGBModel (Python side); until it has trained, scores are random and
-    `informative` is False, so the policy does not learn from them.
-    """
-
-    def __init__(self, xgb=None) -> None:
-        from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
-
-        self.xgb = xgb
-        self.extractor = xgb.extractor if xgb is not None else PerStoreFeature()
-        self.rng = np.random.default_rng(0)
-
-    @property
-    def informative(self) -> bool:
-        return (self.xgb is not None and self.xgb.booster is not None
-                and self.xgb.data_size >= self.xgb.num_warmup_samples)
-
-    def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
-        check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
-        if not self.informative:  # no features needed for a guess
-            return Evaluation(self.rng.uniform(size=len(candidates)))
-        raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
-                                                                                 candidates)]
-        return Evaluation(np.asarray(self.xgb._predict(xs=raw), dtype=float),
-                          np.stack([pooled(x) for x in raw]))
-
-    def holdout_trust(self, mod, folds: int = 3, min_samples: int = 8) -> float | None:
-        """How well the model ranks `mod`'s measured candidates it has not trained on.
-
-        k-fold over the workload's measurements (every other workload's stay in training):
-        the rank correlation of the held-out predictions with the measured throughputs, clipped
-        at 0. None with fewer than `min_samples` measurements. It judges the model on a task
-        before any of its predictions could be checked against a measurement.
-        """
-        from tvm.s_tir import meta_schedule as ms
-        from tvm.s_tir.meta_schedule.utils import shash2hex
-
-        group = self.xgb.data.get(shash2hex(mod)) if self.xgb is not None else None
-        if group is None or len(group.features) < min_samples:
-            return None
-        others = [g for g in self.xgb.data.values() if g is not group]
-        base_xs = [x for g in others for x in g.features]
-        base_ys = [g.min_cost / g.costs for g in others]
-        scratch = ms.cost_model.XGBModel(
-            extractor=self.extractor, config=self.xgb.config, num_warmup_samples=0,
-            early_stopping_rounds=self.xgb.early_stopping_rounds, verbose_eval=10**9,
-            average_peak_n=self.xgb.average_peak_n)._inst
-        order = self.rng.permutation(len(group.features))
-        predicted = np.zeros(len(order))
-        for fold in range(folds):
-            test, train = order[fold::folds], np.setdiff1d(order, order[fold::folds])
-            costs = group.costs[train]
-            scratch._train(xs=base_xs + [group.features[i] for i in train],
-                           ys=np.concatenate([*base_ys, costs.min() / costs]))
-            predicted[test] = scratch._predict(xs=[group.features[i] for i in test])
-        failed = group.costs >= 1e9  # XGBModel's cost of a failed run is 1e10 s
-        throughput = np.where(failed, 0.0, 1.0 / np.where(failed, 1.0, group.costs))
-        return max(0.0, rank_correlation(predicted, throughput))
 
 
 @derived_object
