@@ -66,6 +66,31 @@ def test_candidates_are_legal_distinct_and_within_budget():
     strategy.post_tuning()
 
 
+def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
+    # An empty batch ends the task for good in MetaSchedule: a round of unlucky samples (here
+    # the first 4 fail the postprocs) must be topped up by the next round.
+    strategy, spaces = make_strategy()
+    strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
+    materialize, failures = strategy._materialize, [4]
+
+    def unlucky(sketch_id, state):
+        if state is None and failures[0] > 0:
+            failures[0] -= 1
+            return None
+        return materialize(sketch_id, state)
+
+    strategy._materialize = unlucky
+    candidates = strategy.generate_measure_candidates()
+    assert failures[0] == 0 and candidates is not None and len(candidates) == 4
+
+
+def test_a_task_whose_samples_always_fail_ends():
+    strategy, spaces = make_strategy()
+    strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
+    strategy._materialize = lambda sketch_id, state: None
+    assert strategy.generate_measure_candidates() is None
+
+
 def test_elites_keep_the_best_measured_states():
     strategy, spaces = make_strategy(32)
     strategy.pre_tuning(8, 8, spaces, None, ms.cost_model.RandomModel())

@@ -57,6 +57,10 @@ class HarlSearchConfig:
     """once a sketch has measured elites, at most this share of its candidates are fresh
     samples; the rest refine the elites, even before the cost model ranks well (neighbours of
     good schedules are often good: the prior MetaSchedule's mutations rely on)"""
+    fill_rounds: int = 4
+    """rounds of drawing a batch: a round short of candidates (random samples that fail the
+    postprocs, states measured before) is topped up by the next. An empty batch ends the task
+    for good in MetaSchedule, so a few unlucky samples must not empty it"""
 
 
 @dataclass
@@ -289,19 +293,25 @@ class HarlSearchStrategy(PySearchStrategy):
         remaining = self.max_trials - self.trials
         if remaining <= 0 or not self.sketches:
             return None
-        counts = self.chooser.allocate(min(self.batch_size, remaining))
+        wanted = min(self.batch_size, remaining)
         trust = self._batch_trust()
         self.metrics.record("tile/batch_trust", trust)
         picks = []
-        for sketch_id, count in enumerate(counts):
-            if count > 0:
-                picks.extend(self._fill_sketch(sketch_id, int(count), trust))
+        for _ in range(self.config.fill_rounds):
+            counts = self.chooser.allocate(wanted - len(picks))
+            for sketch_id, count in enumerate(counts):
+                if count > 0:
+                    picks.extend(self._fill_sketch(sketch_id, int(count), trust))
+            if len(picks) >= wanted:
+                break
         self.metrics.add("search/agent_seconds", time.perf_counter() - start)
-        if not picks:
+        if not picks:  # the task's space is spent (or its samples keep failing): it ends
             return None
         self.pending = [(sketch_id, state, state_of(sch.trace)) for sketch_id, state, sch in picks]
-        for sketch_id, count in enumerate(counts):
-            self.metrics.record(f"sketch/share_{sketch_id}", count / max(1, counts.sum()))
+        shares = np.bincount([sketch_id for sketch_id, _, _ in picks],
+                             minlength=len(self.sketches)) / len(picks)
+        for sketch_id, share in enumerate(shares):
+            self.metrics.record(f"sketch/share_{sketch_id}", float(share))
         candidates = [self._candidate(sch) for _, _, sch in picks]
         # What the model thinks of the batch, to judge it once measured (see ModelTrust).
         self.pending_scores = (list(self.scorer(self.context, candidates).scores)
