@@ -59,10 +59,15 @@ def format_summary(report: RunReport) -> str:
     """A fixed-width table of tasks followed by the model-level latencies."""
     lines = [f"{'task':<44} {'weight':>6} {'MFLOP':>9} {'trials':>6} {'best ms':>10}"]
     for task in report.tasks:
-        best = f"{task.best_ms:.4g}" if task.best_ms is not None else "failed"
+        best = (f"{task.best_ms:.4g}" if task.best_ms is not None
+                else "failed" if task.trials else "untuned")
         best += " (stopped)" if task.stopped else ""
         lines.append(f"{task.name[:44]:<44} {task.weight:>6g} {task.flop / 1e6:>9.3f} "
                      f"{task.trials:>6} {best:>10}")
+    untuned = sum(1 for task in report.tasks if task.trials == 0)
+    if untuned:
+        lines.append(f"{untuned} task(s) had no trials and keep TVM's default schedule: "
+                     "a larger --trials reaches them")
     lines.append("")
     lat = report.latency_ms
     for label, key in (("untuned TVM", "untuned"), ("tuned TVM", "tuned"),
