@@ -50,6 +50,9 @@ class VerifyConfig:
     rtol: float = doc("relative tolerance of the output check", default=1e-3)
     atol: float = doc("absolute tolerance of the output check", default=1e-4)
     latency_repeats: int = doc("latency samples per build (the median is reported)", default=20)
+    timing_seconds: float = doc("about how long each build is timed: a slow one (a large model "
+                                "left untuned) gets fewer samples, at least one per round",
+                                default=20.0)
 
 
 @dataclass(frozen=True)

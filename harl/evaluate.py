@@ -108,13 +108,32 @@ class OnnxRuntimeModel:
 
 
 def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,
-                             repeats_per_round: int) -> dict[str, list[float]]:
-    """Time every runner once per round, round-robin, so that machine drift hits all alike."""
+                             repeats_per_round: int | dict[str, int]) -> dict[str, list[float]]:
+    """Time every runner once per round, round-robin, so that machine drift hits all alike.
+
+    `repeats_per_round`: one count for all, or one per runner (see `repeats_within`).
+    """
     samples: dict[str, list[float]] = {key: [] for key in runners}
     for _ in range(rounds):
         for key, runner in runners.items():
-            samples[key].append(runner.median_latency_ms(inputs, repeats_per_round))
+            repeats = (repeats_per_round[key] if isinstance(repeats_per_round, dict)
+                       else repeats_per_round)
+            samples[key].append(runner.median_latency_ms(inputs, repeats))
     return samples
+
+
+def repeats_within(runners: dict, inputs: dict[str, np.ndarray], rounds: int, max_repeats: int,
+                   seconds: float) -> dict[str, int]:
+    """Per runner, the samples per round that fit in about `seconds` of timing, within
+    [1, max_repeats]. One run of each, timed by the wall clock, tells (and warms it up): a large
+    model left untuned can take seconds per run, and 20 samples of it would take minutes."""
+    repeats = {}
+    for key, runner in runners.items():
+        start = time.perf_counter()
+        runner.run(inputs)
+        once = max(time.perf_counter() - start, 0.02)  # a sample lasts >= 20 ms however fast
+        repeats[key] = max(1, min(max_repeats, int(seconds / (rounds * once))))
+    return repeats
 
 
 def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str],

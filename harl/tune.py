@@ -17,6 +17,7 @@ from harl.evaluate import (
     check_outputs,
     compile_model,
     interleaved_latencies_ms,
+    repeats_within,
 )
 from harl.frontend.onnx_model import OnnxModel, import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
@@ -151,8 +152,10 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
 
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4
-    samples = interleaved_latencies_ms(runners, inputs, rounds,
-                                       max(1, config.verify.latency_repeats // rounds))
+    repeats = repeats_within(runners, inputs, rounds,
+                             max(1, config.verify.latency_repeats // rounds),
+                             config.verify.timing_seconds)
+    samples = interleaved_latencies_ms(runners, inputs, rounds, repeats)
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
 
 
