@@ -122,18 +122,26 @@ def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], round
     return samples
 
 
-def repeats_within(runners: dict, inputs: dict[str, np.ndarray], rounds: int, max_repeats: int,
-                   seconds: float) -> dict[str, int]:
-    """Per runner, the samples per round that fit in about `seconds` of timing, within
-    [1, max_repeats]. One run of each, timed by the wall clock, tells (and warms it up): a large
-    model left untuned can take seconds per run, and 20 samples of it would take minutes."""
-    repeats = {}
+def latencies_within_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,
+                        max_repeats: int, seconds: float) -> dict[str, list[float]]:
+    """Interleaved timings of every runner in about `seconds` each: up to `max_repeats`
+    samples per round, fewer for a slow runner.
+
+    One run of each, timed by the wall clock, tells how slow it is (and warms it up): a large
+    model left untuned can take seconds per run, and 20 samples of it would take minutes. A
+    runner too slow for one sample per round (each sample runs it twice: TVM's timer warms up
+    first) keeps that one run as its only sample.
+    """
+    once = {}
     for key, runner in runners.items():
         start = time.perf_counter()
         runner.run(inputs)
-        once = max(time.perf_counter() - start, 0.02)  # a sample lasts >= 20 ms however fast
-        repeats[key] = max(1, min(max_repeats, int(seconds / (rounds * once))))
-    return repeats
+        once[key] = time.perf_counter() - start
+    repeats = {key: min(max_repeats, int(seconds / (rounds * 2 * max(t, 0.01))))
+               for key, t in once.items()}
+    timed = {key: runner for key, runner in runners.items() if repeats[key] > 0}
+    samples = interleaved_latencies_ms(timed, inputs, rounds, repeats) if timed else {}
+    return {key: samples.get(key) or [once[key] * 1e3] for key in runners}
 
 
 def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str],

@@ -16,8 +16,7 @@ from harl.evaluate import (
     OnnxRuntimeModel,
     check_outputs,
     compile_model,
-    interleaved_latencies_ms,
-    repeats_within,
+    latencies_within_ms,
 )
 from harl.frontend.onnx_model import OnnxModel, import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
@@ -116,8 +115,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
             plan.metrics.totals if plan is not None and plan.metrics else {}).items()},
     )
     if config.evaluate:
+        compile_database = database
+        if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
+            compile_database = schedule_untuned(report, tasks, target, database, plan, config,
+                                                say)
         say("harl: compiling and verifying against onnxruntime ...")
-        evaluate_into(report, model, relax_mod, target, database, config)
+        evaluate_into(report, model, relax_mod, target, compile_database, config)
 
     # 4. Report
     report.write(work_dir / "report.json")
@@ -129,6 +132,28 @@ def run(config: TuneConfig, out=None) -> RunReport:
             f"{report.max_abs_err:.3g} (rtol {report.rtol:g}, atol {report.atol:g}); "
             f"database kept in {work_dir}")
     return report
+
+
+def schedule_untuned(report: RunReport, tasks, target, database, plan, config: TuneConfig,
+                     say):
+    """The database to compile with: `database`, plus the cost model's unmeasured picks for the
+    tasks the budget never reached (marked `predicted` in the report; see harl.untuned)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from harl.search.program_scorer import ProgramScorer
+    from harl.untuned import SAMPLES_PER_TASK, has_measured_record, predicted_schedules
+
+    untuned = [task for task in tasks if not has_measured_record(database, task.mod)]
+    xgb = getattr(plan.cost_model, "_inst", None) if plan is not None else None
+    scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None)
+    if not untuned or not scorer.informative:  # a random pick is often slower than TVM's
+        return database
+    say(f"harl: {len(untuned)} task(s) had no measured schedule; the cost model picks one of "
+        f"{SAMPLES_PER_TASK} samples for each (not measured, not in the tuning log) ...")
+    picks = predicted_schedules(tasks, target, database, scorer, seed=config.seed)
+    for index in picks.task_indices:
+        report.tasks[index].predicted = True
+    return ms.database.UnionDatabase(database, picks.database)
 
 
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
@@ -152,10 +177,9 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
 
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4
-    repeats = repeats_within(runners, inputs, rounds,
-                             max(1, config.verify.latency_repeats // rounds),
-                             config.verify.timing_seconds)
-    samples = interleaved_latencies_ms(runners, inputs, rounds, repeats)
+    samples = latencies_within_ms(runners, inputs, rounds,
+                                  max(1, config.verify.latency_repeats // rounds),
+                                  config.verify.timing_seconds)
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
 
 

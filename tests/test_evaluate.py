@@ -27,20 +27,26 @@ def test_shape_mismatch_and_nan_fail():
 
 class SleepyRunner:
     def __init__(self, seconds):
-        self.seconds, self.runs = seconds, 0
+        self.seconds, self.runs, self.timed_repeats = seconds, 0, []
 
     def run(self, inputs):
         import time
         time.sleep(self.seconds)
         self.runs += 1
 
+    def median_latency_ms(self, inputs, repeats):
+        self.timed_repeats.append(repeats)
+        return self.seconds * 1e3
 
-def test_a_slow_build_gets_fewer_timing_samples_than_a_fast_one():
-    from harl.evaluate import repeats_within
 
-    fast, slow = SleepyRunner(0.0), SleepyRunner(0.2)
-    repeats = repeats_within({"fast": fast, "slow": slow}, {}, rounds=4, max_repeats=5,
-                             seconds=2.0)
-    assert repeats["fast"] == 5 and repeats["slow"] in (1, 2)  # 2.0 s / (4 x >= 0.2 s)
-    assert fast.runs == slow.runs == 1
-    assert repeats_within({"slow": slow}, {}, rounds=4, max_repeats=5, seconds=0.1) == {"slow": 1}
+def test_a_slow_build_is_timed_less_and_one_too_slow_keeps_its_probe_run():
+    from harl.evaluate import latencies_within_ms
+
+    fast, slow, slower = SleepyRunner(0.0), SleepyRunner(0.05), SleepyRunner(0.3)
+    samples = latencies_within_ms({"fast": fast, "slow": slow, "slower": slower}, {},
+                                  rounds=4, max_repeats=5, seconds=1.0)
+    assert fast.timed_repeats == [5] * 4  # capped
+    assert slow.timed_repeats in ([1] * 4, [2] * 4)  # 1.0 s / (4 rounds x 2 runs x >= 50 ms)
+    assert slower.timed_repeats == [] and slower.runs == 1  # over budget: its one run
+    assert len(samples["slower"]) == 1 and samples["slower"][0] >= 300
+    assert len(samples["fast"]) == len(samples["slow"]) == 4

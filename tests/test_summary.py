@@ -6,17 +6,20 @@ def report_of(tasks):
                      tune_seconds=1.0, tasks=tasks)
 
 
-def test_a_task_without_trials_is_untuned_not_failed():
+def test_tasks_without_a_measured_schedule_say_why():
     text = format_summary(report_of([
         TaskSummary("measured", 1, 1e6, 2, 0, 0.5),
         TaskSummary("every_trial_failed", 1, 1e6, 2, 2, None),
         TaskSummary("never_reached", 1, 1e6, 0, 0, None),
+        TaskSummary("picked_by_the_model", 1, 1e6, 0, 0, None, predicted=True),
     ]))
-    rows = {line.split()[0]: line.split()[-1] for line in text.splitlines()[1:4]}
-    assert rows == {"measured": "0.5", "every_trial_failed": "failed", "never_reached": "untuned"}
-    assert "1 task(s) had no trials" in text
+    rows = {line.split()[0]: line.split()[-1] for line in text.splitlines()[1:5]}
+    assert rows == {"measured": "0.5", "every_trial_failed": "failed",
+                    "never_reached": "untuned", "picked_by_the_model": "predicted"}
+    assert "1 task(s) without a measured schedule run the cost model's pick" in text
+    assert "2 task(s) without a measured schedule keep TVM's default one" in text
 
 
-def test_no_note_when_every_task_was_tuned():
+def test_no_note_when_every_task_was_measured():
     text = format_summary(report_of([TaskSummary("measured", 1, 1e6, 2, 0, 0.5)]))
-    assert "had no trials" not in text
+    assert "without a measured schedule" not in text

@@ -19,6 +19,7 @@ class TaskSummary:
     failures: int
     best_ms: float | None
     stopped: bool = False  # given up: its candidates kept failing
+    predicted: bool = False  # no measured record: compiled with the cost model's unmeasured pick
 
 
 @dataclass
@@ -60,14 +61,18 @@ def format_summary(report: RunReport) -> str:
     lines = [f"{'task':<44} {'weight':>6} {'MFLOP':>9} {'trials':>6} {'best ms':>10}"]
     for task in report.tasks:
         best = (f"{task.best_ms:.4g}" if task.best_ms is not None
-                else "failed" if task.trials else "untuned")
+                else "failed" if task.trials else "predicted" if task.predicted else "untuned")
         best += " (stopped)" if task.stopped else ""
         lines.append(f"{task.name[:44]:<44} {task.weight:>6g} {task.flop / 1e6:>9.3f} "
                      f"{task.trials:>6} {best:>10}")
-    untuned = sum(1 for task in report.tasks if task.trials == 0)
+    predicted = sum(1 for task in report.tasks if task.predicted)
+    untuned = sum(1 for task in report.tasks if task.best_ms is None and not task.predicted)
+    if predicted:
+        lines.append(f"{predicted} task(s) without a measured schedule run the cost model's "
+                     "pick among random samples, unmeasured and not in the tuning log: a larger "
+                     "--trials measures them")
     if untuned:
-        lines.append(f"{untuned} task(s) had no trials and keep TVM's default schedule: "
-                     "a larger --trials reaches them")
+        lines.append(f"{untuned} task(s) without a measured schedule keep TVM's default one")
     lines.append("")
     lat = report.latency_ms
     for label, key in (("untuned TVM", "untuned"), ("tuned TVM", "tuned"),

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm_ffi
 from tvm.ir.utils import derived_object
-from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 from tvm.s_tir.schedule import Trace
@@ -23,6 +22,7 @@ from harl.report.metrics import MetricsLogger
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import (
     initial_options,
+    schedule_of,
     site_of,
     state_of,
     structure_of,
@@ -170,15 +170,8 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def _materialize(self, sketch_id: int, state: State | None):
         """Schedule for `state` (None: a fresh random sample) after postprocs, or None."""
-        trace = with_state(self.sketches[sketch_id].trace, state)
-        sch = Schedule(self.mod, seed=int(self.rng.integers(1 << 30)), debug_mask=0)
-        try:
-            trace.apply_to_schedule(sch, remove_postproc=True)
-            if not all(postproc.apply(sch) for postproc in self.postprocs):
-                return None
-        except Exception:  # noqa: BLE001  (an illegal schedule is just a dead end)
-            return None
-        return sch
+        return schedule_of(self.mod, with_state(self.sketches[sketch_id].trace, state),
+                           self.postprocs, int(self.rng.integers(1 << 30)))
 
     def _evaluator(self, sketch_id: int, cache: dict):
         def evaluate(states: list[State]) -> Evaluation:

@@ -7,6 +7,7 @@ MutateParallel changes). Everything else in the trace stays as the design space 
 
 from __future__ import annotations
 
+from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Instruction, Trace
 from tvm.tirx import IntImm
 
@@ -110,3 +111,16 @@ def structure_of(insts) -> list[tuple]:
         for position, output in enumerate(inst.outputs):
             producer[output] = (index, position)
     return structure
+
+
+def schedule_of(mod, trace, postprocs, seed: int):
+    """`trace` applied to `mod` (undecided samples drawn with `seed`), then the postprocs; None
+    when it is illegal or a postproc rejects it."""
+    sch = Schedule(mod, seed=seed, debug_mask=0)
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        if not all(postproc.apply(sch) for postproc in postprocs):
+            return None
+    except Exception:  # noqa: BLE001  (an illegal schedule is just a dead end)
+        return None
+    return sch
