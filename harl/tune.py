@@ -141,16 +141,26 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, config: T
     from tvm.s_tir import meta_schedule as ms
 
     from harl.search.program_scorer import ProgramScorer
-    from harl.untuned import SAMPLES_PER_TASK, has_measured_record, predicted_schedules
+    from harl.untuned import (
+        SAMPLES_PER_TASK,
+        predicted_schedules,
+        scorer_from_records,
+        unmeasured_tasks,
+    )
 
-    untuned = [task for task in tasks if not has_measured_record(database, task.mod)]
-    xgb = getattr(plan.cost_model, "_inst", None) if plan is not None else None
-    scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None)
-    if not untuned or not scorer.informative:  # a random pick is often slower than TVM's
+    untuned = unmeasured_tasks(database, tasks)
+    if not untuned:
         return database
-    say(f"harl: {len(untuned)} task(s) had no measured schedule; the cost model picks one of "
+    if plan is None:  # nothing measured this time (the budget was spent): learn from the log
+        scorer = scorer_from_records(database, tasks, target)
+    else:
+        xgb = getattr(plan.cost_model, "_inst", None)
+        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None)
+    if not scorer.informative:  # a random pick is often slower than TVM's naive nest
+        return database
+    say(f"harl: {len(untuned)} task(s) were never measured; the cost model picks one of "
         f"{SAMPLES_PER_TASK} samples for each (not measured, not in the tuning log) ...")
-    picks = predicted_schedules(tasks, target, database, scorer, seed=config.seed)
+    picks = predicted_schedules(tasks, untuned, target, scorer, seed=config.seed)
     for index in picks.task_indices:
         report.tasks[index].predicted = True
     return ms.database.UnionDatabase(database, picks.database)

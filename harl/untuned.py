@@ -29,18 +29,22 @@ class PredictedSchedules:
     task_indices: list[int]  # the tasks that got one
 
 
-def has_measured_record(database, mod) -> bool:
-    if not database.has_workload(mod):
-        return False
-    workload = database.commit_workload(mod)  # the stored one: nothing is written
-    return any(record.run_secs for record in database.get_top_k(workload, 1))
+def unmeasured_tasks(database, tasks) -> list[int]:
+    """Indices of the `tasks` that `database` holds no record of, not even a failed one (a task
+    whose candidates failed keeps TVM's naive nest: a pick from its design space might fail
+    too)."""
+    import tvm_ffi
+
+    tried = {tvm_ffi.structural_hash(record.workload.mod)
+             for record in database.get_all_tuning_records()}
+    return [index for index, task in enumerate(tasks)
+            if tvm_ffi.structural_hash(task.mod) not in tried]
 
 
-def predicted_schedules(tasks, target, database, scorer, samples: int = SAMPLES_PER_TASK,
-                        seed: int = 0) -> PredictedSchedules:
-    """For every task of `tasks` without a measured record in `database`, the sample of its
-    design space that `scorer` (a ProgramScorer that has learned) rates best among `samples`
-    random ones."""
+def predicted_schedules(tasks, wanted: list[int], target, scorer,
+                        samples: int = SAMPLES_PER_TASK, seed: int = 0) -> PredictedSchedules:
+    """For each task of `tasks` indexed in `wanted`, the sample of its design space that
+    `scorer` (a ProgramScorer that has learned) rates best among `samples` random ones."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
@@ -48,9 +52,8 @@ def predicted_schedules(tasks, target, database, scorer, samples: int = SAMPLES_
     memory = ms.database.MemoryDatabase()
     rng = np.random.default_rng(seed)
     picked = []
-    for index, task in enumerate(tasks):
-        if has_measured_record(database, task.mod):
-            continue
+    for index in wanted:
+        task = tasks[index]
         context = ms.TuneContext(mod=task.mod, target=target,
                                  space_generator="post-order-apply", task_name=task.name,
                                  num_threads=1).clone()
@@ -69,3 +72,28 @@ def predicted_schedules(tasks, target, database, scorer, samples: int = SAMPLES_
             best.trace, memory.commit_workload(task.mod), [PREDICTED_RUN_S], target, args))
         picked.append(index)
     return PredictedSchedules(memory, picked)
+
+
+def scorer_from_records(database, tasks, target, warmup_samples: int = 8):
+    """A ProgramScorer whose XGBoost model learned from `database`'s measured records of
+    `tasks`: the cost model of a run that measured nothing this time (resumed with its budget
+    spent), or of a work dir compiled afterwards (tools/compare_work_dirs.py --with-picks)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    from harl.search.program_scorer import ProgramScorer
+
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
+    for task in tasks:
+        if not database.has_workload(task.mod):
+            continue
+        records = database.get_top_k(database.commit_workload(task.mod), 1024)
+        if not records:
+            continue
+        context = ms.TuneContext(mod=task.mod, target=target,
+                                 space_generator="post-order-apply", task_name=task.name,
+                                 num_threads=1).clone()
+        xgb.update(context, [record.as_measure_candidate() for record in records],
+                   [RunnerResult([float(x) for x in record.run_secs], None)
+                    for record in records])
+    return ProgramScorer(xgb._inst)

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from conftest import EXAMPLES, conv2d_module, matmul_module
 from test_end_to_end import harl_tune
 from tvm.s_tir import meta_schedule as ms
@@ -10,7 +11,7 @@ from tvm.s_tir import meta_schedule as ms
 from harl.frontend.tasks import TuningTask
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
-from harl.untuned import PREDICTED_RUN_S, has_measured_record, predicted_schedules
+from harl.untuned import PREDICTED_RUN_S, predicted_schedules, unmeasured_tasks
 
 
 class CountingScorer:
@@ -28,40 +29,61 @@ class CountingScorer:
         return Evaluation(np.arange(len(candidates), dtype=float))
 
 
-def test_only_tasks_without_a_measured_record_get_a_pick():
+def test_only_tasks_never_measured_get_a_pick():
     target = parse_target(None)
     load_tensor_intrinsics(target)
-    tuned, untuned = (TuningTask("matmul", matmul_module(16), 1.0, 1.0),
-                      TuningTask("conv", conv2d_module(), 1.0, 1.0))
-    measured = ms.database.MemoryDatabase()
-    first = predicted_schedules([tuned], target, measured, CountingScorer(), samples=2)
-    trace = first.database.get_top_k(first.database.commit_workload(tuned.mod), 1)[0].trace
-    measured.commit_tuning_record(ms.database.TuningRecord(
-        trace, measured.commit_workload(tuned.mod), [1e-3], target,
-        ms.arg_info.ArgInfo.from_prim_func(tuned.mod["main"])))
-    assert has_measured_record(measured, tuned.mod)
-    assert not has_measured_record(measured, untuned.mod)
+    tasks = [TuningTask("matmul", matmul_module(16), 1.0, 1.0),
+             TuningTask("failed", matmul_module(8), 1.0, 1.0),
+             TuningTask("conv", conv2d_module(), 1.0, 1.0)]
+    database = ms.database.MemoryDatabase()
+    assert unmeasured_tasks(database, tasks) == [0, 1, 2]
+    first = predicted_schedules(tasks, [0, 1], target, CountingScorer(), samples=2)
+    for index, run_s in ((0, 1e-3), (1, 1e10)):  # one measured, one whose run failed
+        mod = tasks[index].mod
+        trace = first.database.get_top_k(first.database.commit_workload(mod), 1)[0].trace
+        database.commit_tuning_record(ms.database.TuningRecord(
+            trace, database.commit_workload(mod), [run_s], target,
+            ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+    assert unmeasured_tasks(database, tasks) == [2]
 
     scorer = CountingScorer()
-    picks = predicted_schedules([tuned, untuned], target, measured, scorer, samples=8)
-    assert picks.task_indices == [1] and 1 <= scorer.scored <= 8
-    union = ms.database.UnionDatabase(measured, picks.database)
-    for task, run_s in ((tuned, 1e-3), (untuned, PREDICTED_RUN_S)):
-        best = union.query_tuning_record(task.mod, target, "main")  # as the compile asks
+    picks = predicted_schedules(tasks, [2], target, scorer, samples=8)
+    assert picks.task_indices == [2] and 1 <= scorer.scored <= 8
+    union = ms.database.UnionDatabase(database, picks.database)
+    for index, run_s in ((0, 1e-3), (2, PREDICTED_RUN_S)):
+        best = union.query_tuning_record(tasks[index].mod, target, "main")  # as compile asks
         assert [float(x) for x in best.run_secs] == [run_s]
 
 
-def test_a_budget_below_the_task_count_still_compiles_every_task(tmp_path):
-    # 5 tasks, 2 batches of 4: the cost model has learned (8 samples), 3 tasks were not reached.
-    proc = harl_tune(EXAMPLES / "cnn.onnx", "--trials", 8, "--trials-per-batch", 4,
-                     "--work-dir", tmp_path)
+@pytest.fixture(scope="module")
+def cnn_short_run(tmp_path_factory):
+    """5 tasks, 2 batches of 4: the cost model has learned (8 samples), 3 tasks not reached."""
+    work_dir = tmp_path_factory.mktemp("cnn_short")
+    args = (EXAMPLES / "cnn.onnx", "--trials", 8, "--trials-per-batch", 4, "--work-dir", work_dir)
+    return harl_tune(*args), args, work_dir
+
+
+def test_a_budget_below_the_task_count_still_compiles_every_task(cnn_short_run):
+    proc, _, work_dir = cnn_short_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads((tmp_path / "report.json").read_text())
+    report = json.loads((work_dir / "report.json").read_text())
     assert report["verified"] is True and report["trials_done"] == 8
     tasks = report["tasks"]
     assert sum(task["trials"] > 0 for task in tasks) == 2
     assert all(task["predicted"] == (task["trials"] == 0) for task in tasks)
     assert "predicted" in proc.stdout and "not in the tuning log" in proc.stdout
-    records = (tmp_path / "database_tuning_record.json").read_text().splitlines()
+    records = (work_dir / "database_tuning_record.json").read_text().splitlines()
     assert len(records) == 8  # the picks are never written to the log
 
+
+def test_a_rerun_with_the_budget_spent_picks_from_a_model_of_the_log(cnn_short_run):
+    proc, args, work_dir = cnn_short_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rerun = harl_tune(*args)  # nothing to measure: no run's cost model, one learned from the log
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "going straight to compile" in rerun.stdout
+    report = json.loads((work_dir / "report.json").read_text())
+    assert report["verified"] is True
+    assert [task["predicted"] for task in report["tasks"]] == [
+        task["trials"] == 0 for task in report["tasks"]]
+    assert len((work_dir / "database_tuning_record.json").read_text().splitlines()) == 8
