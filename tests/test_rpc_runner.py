@@ -51,6 +51,10 @@ def test_a_dead_server_costs_only_its_candidate_and_a_dead_farm_stops(tmp_path, 
         try:
             futures = runner.run(inputs)
             wait_until_busy(port, "test-cpu", busy=2)  # one session on each server at once
+            # "busy" starts when the tracker hands a server out, before the session connects; a
+            # kill in between only makes TVM's client retry on the other server. Half a second
+            # in, both sessions are timing (1.5 s each).
+            time.sleep(0.5)
             os.killpg(servers[0].pid, signal.SIGKILL)
             results = [future.result() for future in futures]
             failed = [r for r in results if r.error_msg]
