@@ -111,7 +111,7 @@ def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], round
                              repeats_per_round: int | dict[str, int]) -> dict[str, list[float]]:
     """Time every runner once per round, round-robin, so that machine drift hits all alike.
 
-    `repeats_per_round`: one count for all, or one per runner (see `repeats_within`).
+    `repeats_per_round`: one count for all, or one per runner (see `latencies_within_ms`).
     """
     samples: dict[str, list[float]] = {key: [] for key in runners}
     for _ in range(rounds):

@@ -117,8 +117,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
     if config.evaluate:
         compile_database = database
         if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
-            compile_database = schedule_untuned(report, tasks, target, database, plan, config,
-                                                say)
+            compile_database = schedule_untuned(report, tasks, target, database, plan,
+                                                resume.prior, config, say)
         say("harl: compiling and verifying against onnxruntime ...")
         evaluate_into(report, model, relax_mod, target, compile_database, config)
 
@@ -134,25 +134,22 @@ def run(config: TuneConfig, out=None) -> RunReport:
     return report
 
 
-def schedule_untuned(report: RunReport, tasks, target, database, plan, config: TuneConfig,
-                     say):
+def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: PriorRun,
+                     config: TuneConfig, say):
     """The database to compile with: `database`, plus the cost model's unmeasured picks for the
-    tasks the budget never reached (marked `predicted` in the report; see harl.untuned)."""
+    tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
+    `prior`: the records the work dir held before this run, all of them when `plan` is None."""
     from tvm.s_tir import meta_schedule as ms
 
     from harl.search.program_scorer import ProgramScorer
-    from harl.untuned import (
-        SAMPLES_PER_TASK,
-        predicted_schedules,
-        scorer_from_records,
-        unmeasured_tasks,
-    )
+    from harl.untuned import SAMPLES_PER_TASK, predicted_schedules, scorer_from_records
 
-    untuned = unmeasured_tasks(database, tasks)
+    # A task with no trials has no record, not even a failed one.
+    untuned = [index for index, task in enumerate(report.tasks) if task.trials == 0]
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(database, tasks, target)
+        scorer = scorer_from_records(prior, tasks, target)
     else:
         xgb = getattr(plan.cost_model, "_inst", None)
         scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedule_of, with_state
 
 SAMPLES_PER_TASK = 16
@@ -29,16 +30,17 @@ class PredictedSchedules:
     task_indices: list[int]  # the tasks that got one
 
 
-def unmeasured_tasks(database, tasks) -> list[int]:
-    """Indices of the `tasks` that `database` holds no record of, not even a failed one (a task
-    whose candidates failed keeps TVM's naive nest: a pick from its design space might fail
-    too)."""
-    import tvm_ffi
+def unmeasured_tasks(prior: PriorRun) -> list[int]:
+    """Indices of the tasks `prior` holds no record of, not even a failed one (a task whose
+    candidates failed keeps TVM's naive nest: a pick from its design space might fail too)."""
+    return [index for index, records in enumerate(prior.records) if not records]
 
-    tried = {tvm_ffi.structural_hash(record.workload.mod)
-             for record in database.get_all_tuning_records()}
-    return [index for index, task in enumerate(tasks)
-            if tvm_ffi.structural_hash(task.mod) not in tried]
+
+def _context(task, target):
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
+                          task_name=task.name, num_threads=1).clone()
 
 
 def predicted_schedules(tasks, wanted: list[int], target, scorer,
@@ -54,9 +56,7 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
     picked = []
     for index in wanted:
         task = tasks[index]
-        context = ms.TuneContext(mod=task.mod, target=target,
-                                 space_generator="post-order-apply", task_name=task.name,
-                                 num_threads=1).clone()
+        context = _context(task, target)
         sketches = [with_state(space.trace.simplified(remove_postproc=True), None)
                     for space in context.generate_design_space()]
         postprocs = list(context.space_generator.postprocs)
@@ -74,26 +74,15 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
     return PredictedSchedules(memory, picked)
 
 
-def scorer_from_records(database, tasks, target, warmup_samples: int = 8):
-    """A ProgramScorer whose XGBoost model learned from `database`'s measured records of
-    `tasks`: the cost model of a run that measured nothing this time (resumed with its budget
-    spent), or of a work dir compiled afterwards (tools/compare_work_dirs.py --with-picks)."""
+def scorer_from_records(prior: PriorRun, tasks, target, warmup_samples: int = 8):
+    """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
+    `tasks`), as a resumed run's model does: the cost model of a run that measured nothing this
+    time (its budget was spent), or of a work dir compiled afterwards
+    (tools/compare_work_dirs.py --with-picks)."""
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     from harl.search.program_scorer import ProgramScorer
 
     xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
-    for task in tasks:
-        if not database.has_workload(task.mod):
-            continue
-        records = database.get_top_k(database.commit_workload(task.mod), 1024)
-        if not records:
-            continue
-        context = ms.TuneContext(mod=task.mod, target=target,
-                                 space_generator="post-order-apply", task_name=task.name,
-                                 num_threads=1).clone()
-        xgb.update(context, [record.as_measure_candidate() for record in records],
-                   [RunnerResult([float(x) for x in record.run_secs], None)
-                    for record in records])
+    warm_start_cost_model(xgb, [_context(task, target) for task in tasks], prior)
     return ProgramScorer(xgb._inst)

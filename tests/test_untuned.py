@@ -9,6 +9,7 @@ from test_end_to_end import harl_tune
 from tvm.s_tir import meta_schedule as ms
 
 from harl.frontend.tasks import TuningTask
+from harl.resume import PriorRun
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 from harl.untuned import PREDICTED_RUN_S, predicted_schedules, unmeasured_tasks
@@ -36,7 +37,8 @@ def test_only_tasks_never_measured_get_a_pick():
              TuningTask("failed", matmul_module(8), 1.0, 1.0),
              TuningTask("conv", conv2d_module(), 1.0, 1.0)]
     database = ms.database.MemoryDatabase()
-    assert unmeasured_tasks(database, tasks) == [0, 1, 2]
+    mods = [task.mod for task in tasks]
+    assert unmeasured_tasks(PriorRun.read(database, mods)) == [0, 1, 2]
     first = predicted_schedules(tasks, [0, 1], target, CountingScorer(), samples=2)
     for index, run_s in ((0, 1e-3), (1, 1e10)):  # one measured, one whose run failed
         mod = tasks[index].mod
@@ -44,7 +46,7 @@ def test_only_tasks_never_measured_get_a_pick():
         database.commit_tuning_record(ms.database.TuningRecord(
             trace, database.commit_workload(mod), [run_s], target,
             ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
-    assert unmeasured_tasks(database, tasks) == [2]
+    assert unmeasured_tasks(PriorRun.read(database, mods)) == [2]
 
     scorer = CountingScorer()
     picks = predicted_schedules(tasks, [2], target, scorer, samples=8)

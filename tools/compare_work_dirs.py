@@ -26,6 +26,7 @@ from harl.evaluate import (
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import open_database
+from harl.resume import PriorRun
 from harl.target import local_cpu_count
 from harl.tvm_env import load_tensor_intrinsics
 from harl.untuned import predicted_schedules, scorer_from_records, unmeasured_tasks
@@ -58,8 +59,9 @@ def main() -> None:
         builds = {str(work_dir): database}
         if args.with_picks:
             tasks = extract_tasks(relax_mod, target)
-            picks = predicted_schedules(tasks, unmeasured_tasks(database, tasks), target,
-                                        scorer_from_records(database, tasks, target))
+            prior = PriorRun.read(database, [task.mod for task in tasks])
+            picks = predicted_schedules(tasks, unmeasured_tasks(prior), target,
+                                        scorer_from_records(prior, tasks, target))
             print(f"{work_dir}: {len(picks.task_indices)} of {len(tasks)} tasks picked")
             builds[f"{work_dir} + picks"] = ms.database.UnionDatabase(database, picks.database)
         for key, db in builds.items():
