@@ -19,11 +19,13 @@ from harl.interrupt import (
 from harl.measure.builder import PersistentBuilder
 from harl.measure.clock import StageClock
 from harl.measure.runner import ClockedRunner, make_runner, shutdown_runner
+from harl.naive_nests import measure_naive_nests, tasks_to_check
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.resume import PriorRun, warm_start_cost_model
 from harl.search import SearchPlan
 from harl.stoppable_search import StoppableSearch
+from harl.target import is_gpu
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +164,12 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 if interrupt.requested:  # keep what the farm is still measuring
                     _join_in_flight(plan.task_scheduler)
                 raise
+            if plan.naive_nests is not None and not is_gpu(target):  # GPUs need thread bindings
+                check = tasks_to_check(stats, plan.naive_nests)
+                won = measure_naive_nests(tasks, check, target, builder, runner, database, stats)
+                if check and say is not None:
+                    say(f"harl: TVM's unscheduled loop nest of {len(check)} small task(s) "
+                        f"measured: faster than the tuned kernel in {won}")
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

@@ -20,6 +20,7 @@ from harl.agents.checkpoint import AGENTS_DIR
 from harl.database import RECORD_FILE, WORKLOAD_FILE
 from harl.database.repair import repair_truncated_last_line
 from harl.errors import HarlError
+from harl.naive_nests import is_naive_trace
 from harl.report.history import TaskStats
 from harl.report.metrics import METRICS_FILE
 
@@ -128,13 +129,18 @@ class PriorRun:
 
     @property
     def trials(self) -> int:
-        return sum(len(task_records) for task_records in self.records)
+        """Records of searched schedules (an unscheduled nest's is not a trial)."""
+        return sum(not is_naive_trace(record.trace)
+                   for task_records in self.records for record in task_records)
 
     def seed_stats(self, stats: list[TaskStats]) -> None:
         """Count the earlier trials, failures and bests into harl's per-task statistics."""
         for task, task_records in zip(stats, self.records, strict=True):
             for record in task_records:
                 latency = record_latency_s(record)
+                if is_naive_trace(record.trace):
+                    task.naive_s = latency
+                    continue
                 task.trials += 1
                 if math.isfinite(latency):
                     task.best_s = min(task.best_s, latency)

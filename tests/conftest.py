@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,15 @@ def conv2d_module(size: int = 8, channels: int = 4):
     out = te.compute((1, channels, size, size), lambda n, f, h, w: te.sum(
         pad[n, rc, h + rh, w + rw] * weight[f, rc, rh, rw], axis=[rc, rh, rw]), name="conv")
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
+
+
+def trial_record_lines(work_dir: Path) -> list[str]:
+    """The tuning log's lines that record trials: not harl's unscheduled-nest records (a trace of
+    block lookups only, see harl.naive_nests), which are measured outside the budget."""
+    path = work_dir / "database_tuning_record.json"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [line for line in lines
+            if not all(inst[0] == "GetSBlock" for inst in json.loads(line)[1][0][0])]
 
 
 def save_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:

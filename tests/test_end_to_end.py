@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, trial_record_lines
 
 
 def harl_tune(*args, timeout=600):
@@ -43,8 +43,7 @@ def test_report_history_and_database_agree(mlp_run):
     assert all(task["trials"] > 0 and task["best_ms"] > 0 for task in report["tasks"])
     rows = list(csv.DictReader((work_dir / "history.csv").open()))
     assert len(rows) == report["trials_done"]
-    records = (work_dir / "database_tuning_record.json").read_text().splitlines()
-    assert len(records) == report["trials_done"]
+    assert len(trial_record_lines(work_dir)) == report["trials_done"]
     assert len((work_dir / "database_workload.json").read_text().splitlines()) == 3
 
 
@@ -110,15 +109,16 @@ def test_rerun_with_the_budget_spent_goes_straight_to_verification(mlp_run, tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     shutil.copytree(work_dir, tmp_path / "run")
     records = (tmp_path / "run" / "database_tuning_record.json").read_text()
+    trials = len(trial_record_lines(tmp_path / "run"))
     rerun = harl_tune(EXAMPLES / "mlp.onnx", "--trials", 6, "--trials-per-batch", 2,
                       "--work-dir", tmp_path / "run")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert (f"resuming: {len(records.splitlines())} trials already in the database, the budget "
+    assert (f"resuming: {trials} trials already in the database, the budget "
             "of 6 is spent; going straight to compile and verify") in rerun.stdout
     assert "verified                 true" in rerun.stdout
     assert (tmp_path / "run" / "database_tuning_record.json").read_text() == records
     report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["trials_resumed"] == report["trials_done"] == len(records.splitlines())
+    assert report["trials_resumed"] == report["trials_done"] == trials
     assert f"({report['trials_resumed']} resumed)" in rerun.stdout
 
 

@@ -8,9 +8,7 @@ import sys
 import time
 
 import psutil
-from conftest import EXAMPLES, ROOT
-
-RECORDS = "database_tuning_record.json"
+from conftest import EXAMPLES, ROOT, trial_record_lines
 
 
 def start_tuning(work_dir, trials: int) -> subprocess.Popen:
@@ -23,8 +21,7 @@ def start_tuning(work_dir, trials: int) -> subprocess.Popen:
 
 
 def record_lines(work_dir) -> list[str]:
-    path = work_dir / RECORDS
-    return path.read_text().splitlines() if path.exists() else []
+    return trial_record_lines(work_dir)
 
 
 def wait_for_records(proc, work_dir, count: int, timeout_s: float = 400) -> list[psutil.Process]:

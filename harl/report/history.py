@@ -38,6 +38,8 @@ class TaskStats:
     last_error: str = ""
     stopped: bool = False
     """harl gave up on this task: its candidates kept failing"""
+    naive_s: float = math.inf
+    """TVM's unscheduled loop nest, when measured after tuning (see harl.naive_nests)"""
 
     @property
     def measured(self) -> bool:

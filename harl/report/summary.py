@@ -20,6 +20,7 @@ class TaskSummary:
     best_ms: float | None
     stopped: bool = False  # given up: its candidates kept failing
     predicted: bool = False  # no measured record: compiled with the cost model's unmeasured pick
+    naive: bool = False  # TVM's unscheduled loop nest beat the tuned kernels (best_ms is its)
 
 
 @dataclass
@@ -49,11 +50,13 @@ class RunReport:
 
 
 def task_summaries(stats: list[TaskStats]) -> list[TaskSummary]:
-    return [
-        TaskSummary(s.name, s.weight, s.flop, s.trials, s.failures,
-                    s.best_s * 1e3 if math.isfinite(s.best_s) else None, s.stopped)
-        for s in stats
-    ]
+    summaries = []
+    for s in stats:
+        best_s = min(s.best_s, s.naive_s)
+        summaries.append(TaskSummary(s.name, s.weight, s.flop, s.trials, s.failures,
+                                     best_s * 1e3 if math.isfinite(best_s) else None, s.stopped,
+                                     naive=s.naive_s < s.best_s))
+    return summaries
 
 
 def format_summary(report: RunReport) -> str:
@@ -62,7 +65,7 @@ def format_summary(report: RunReport) -> str:
     for task in report.tasks:
         best = (f"{task.best_ms:.4g}" if task.best_ms is not None
                 else "failed" if task.trials else "predicted" if task.predicted else "untuned")
-        best += " (stopped)" if task.stopped else ""
+        best += " (stopped)" if task.stopped else " (naive)" if task.naive else ""
         lines.append(f"{task.name[:44]:<44} {task.weight:>6g} {task.flop / 1e6:>9.3f} "
                      f"{task.trials:>6} {best:>10}")
     predicted = sum(1 for task in report.tasks if task.predicted)

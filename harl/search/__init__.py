@@ -23,6 +23,7 @@ class SearchPlan:
     on_finish: Callable[[Path], None] | None = None  # work dir -> save agents, close metrics
     measure_callbacks: list = field(default_factory=list)  # extra ms.MeasureCallbacks
     metrics: object | None = None  # harl.report.metrics.MetricsLogger of the agents, if any
+    naive_nests: object | None = None  # harl.naive_nests.NaiveNestConfig; None: not measured
 
 
 def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False) -> SearchPlan:

@@ -9,6 +9,7 @@ from harl.agents import checkpoint
 from harl.agents.model_trust import TrustBoard
 from harl.agents.task_allocator import AllocatorConfig
 from harl.agents.tile_policy import TilePolicy
+from harl.naive_nests import NaiveNestConfig
 from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search import SearchPlan
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
@@ -78,4 +79,5 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
         on_start=on_start,
         on_finish=on_finish,
         metrics=metrics,
+        naive_nests=NaiveNestConfig(),
     )

@@ -1,0 +1,80 @@
+"""TVM's unscheduled loop nest, measured for tasks whose tuned kernels are tiny.
+
+Every schedule of MetaSchedule's CPU design space parallelises its outer loops, and on a small
+operator (a softmax, a layer norm, a sum over a few hundred numbers) waking the thread pool costs
+more than the work: such kernels tune to a floor of several microseconds, while the serial loop
+nest TVM compiles without a schedule runs in well under one. After tuning, each task whose best
+kernel is below `NaiveNestConfig.below_s` gets its unscheduled nest measured once, with the run's
+own builder and runner; where it is faster, its record goes into the tuning log like any measured
+schedule, so compiles and plain TVM builds use it. It costs no trials.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harl.report.history import TaskStats, trial_latency_s
+
+
+@dataclass(frozen=True)
+class NaiveNestConfig:
+    """When the unscheduled loop nest is measured."""
+
+    below_s: float = 1e-4
+    """tasks whose best measured kernel is faster than this: where the thread pool's start-up is
+    a large share (a few microseconds on a small CPU, tens on a large one); above it a serial
+    nest loses to a tuned one by far, and measuring it would cost time for nothing"""
+
+
+def naive_schedule(mod):
+    """`mod` unscheduled, its trace one block lookup that changes nothing: MetaSchedule's
+    databases never return a record whose trace is empty."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(mod)
+    sch.get_sblock("root")
+    return sch
+
+
+def is_naive_trace(trace) -> bool:
+    """Whether a record's trace is the unscheduled nest (nothing but block lookups)."""
+    return all(inst.kind.name == "GetSBlock" for inst in trace.insts)
+
+
+def tasks_to_check(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]:
+    """Tasks with a measured kernel below the threshold whose nest was not measured yet."""
+    return [index for index, task in enumerate(stats)
+            if task.best_s < config.below_s and not math.isfinite(task.naive_s)]
+
+
+def measure_naive_nests(tasks, indices: list[int], target, builder, runner, database,
+                        stats: list[TaskStats]) -> int:
+    """Measure the unscheduled nest of `tasks[indices]`; commit the ones faster than the tuned.
+
+    Returns how many nests won. A nest that fails to build or run is skipped (inf).
+    """
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    if not indices:
+        return 0
+    schedules = [naive_schedule(tasks[i].mod) for i in indices]
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
+    args = [ArgInfo.from_entry_func(sch.mod, remove_preproc=True) for sch in schedules]
+    runnable = [k for k, result in enumerate(built) if not result.error_msg]
+    futures = runner.run([ms.runner.RunnerInput(built[k].artifact_path, "cpu", args[k])
+                          for k in runnable])
+    results = dict(zip(runnable, (future.result() for future in futures), strict=True))
+    won = 0
+    for k, index in enumerate(indices):
+        if k not in results:
+            continue
+        latency, _ = trial_latency_s(built[k], results[k])
+        stats[index].naive_s = latency
+        if latency < stats[index].best_s:
+            database.commit_tuning_record(ms.database.TuningRecord(
+                schedules[k].trace, database.commit_workload(tasks[index].mod),
+                [float(s) for s in results[k].run_secs], target, args[k]))
+            won += 1
+    return won

@@ -1,0 +1,125 @@
+"""TVM's unscheduled loop nest, measured after tuning for tasks whose tuned kernels are tiny."""
+
+import json
+import math
+
+import pytest
+from conftest import matmul_module, save_model
+from onnx import TensorProto, helper
+from test_end_to_end import harl_tune
+from tvm.s_tir import meta_schedule as ms
+
+from harl.frontend.tasks import TuningTask
+from harl.loop import open_database
+from harl.naive_nests import (
+    NaiveNestConfig,
+    is_naive_trace,
+    measure_naive_nests,
+    naive_schedule,
+    tasks_to_check,
+)
+from harl.report.history import TaskStats
+from harl.report.summary import task_summaries
+from harl.resume import PriorRun
+from harl.target import parse_target
+
+
+def test_only_measured_tasks_below_the_threshold_are_checked_once():
+    stats = [TaskStats("tiny", 1, 1, trials=4, best_s=6e-6),
+             TaskStats("large", 1, 1, trials=4, best_s=2e-3),
+             TaskStats("failed", 1, 1, trials=4, failures=4),
+             TaskStats("checked", 1, 1, trials=4, best_s=6e-6, naive_s=1e-6)]
+    assert tasks_to_check(stats, NaiveNestConfig(below_s=1e-4)) == [0]
+    assert tasks_to_check(stats, NaiveNestConfig(below_s=1e-2)) == [0, 1]
+
+
+def test_the_summary_shows_the_faster_of_tuned_and_naive():
+    stats = [TaskStats("won", 1, 1, trials=4, best_s=6e-6, naive_s=1e-6),
+             TaskStats("lost", 1, 1, trials=4, best_s=6e-6, naive_s=9e-6)]
+    won, lost = task_summaries(stats)
+    assert won.naive and won.best_ms == pytest.approx(1e-3)
+    assert not lost.naive and lost.best_ms == pytest.approx(6e-3)
+
+
+class FixedRunner:
+    """Each candidate 'runs' in the given seconds; the builder is TVM's real one."""
+
+    def __init__(self, seconds):
+        self.seconds = list(seconds)
+
+    def run(self, inputs):
+        from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+        class Done:
+            def __init__(self, secs):
+                self.secs = secs
+
+            def result(self):
+                return RunnerResult([self.secs], None)
+
+        return [Done(self.seconds.pop(0)) for _ in inputs]
+
+
+def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path):
+    target = parse_target(None)
+    tasks = [TuningTask("faster", matmul_module(8), 1.0, 1.0),
+             TuningTask("slower", matmul_module(4), 1.0, 1.0)]
+    stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
+    database = open_database(tmp_path)
+    won = measure_naive_nests(tasks, [0, 1], target, ms.builder.LocalBuilder(),
+                              FixedRunner([1e-6, 9e-6]), database, stats)
+    assert won == 1 and stats[0].naive_s == 1e-6 and stats[1].naive_s == 9e-6
+    records = database.get_all_tuning_records()
+    assert len(records) == 1 and is_naive_trace(records[0].trace)
+    # MetaSchedule's query, as compile asks it, returns the nest (it skips empty traces).
+    best = database.query_tuning_record(tasks[0].mod, target, "main")
+    assert best is not None and is_naive_trace(best.trace)
+
+    prior = PriorRun.read(open_database(tmp_path), [task.mod for task in tasks])
+    assert prior.trials == 0  # the nest is not a trial
+    resumed = [TaskStats(task.name, 1, 1) for task in tasks]
+    prior.seed_stats(resumed)
+    assert resumed[0].trials == 0 and resumed[0].naive_s == 1e-6
+    assert not math.isfinite(resumed[0].best_s)
+
+
+def test_a_schedule_that_does_something_is_not_naive():
+    sch = naive_schedule(matmul_module(8))
+    assert is_naive_trace(sch.trace)
+    sch.get_loops(sch.get_sblock("C"))
+    sch.parallel(sch.get_loops(sch.get_sblock("C"))[0])
+    assert not is_naive_trace(sch.trace)
+
+
+@pytest.fixture
+def small_ops_model(tmp_path):
+    """Softmax and a sum over a few numbers: kernels far below a thread pool's start-up."""
+    return save_model(
+        tmp_path / "small.onnx",
+        [helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+         helper.make_node("ReduceSum", ["s"], ["y"], keepdims=0)],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+    )
+
+
+def test_small_tasks_compile_with_the_nest_when_it_is_faster(small_ops_model, tmp_path):
+    work_dir = tmp_path / "run"
+    args = (small_ops_model, "--trials", 4, "--trials-per-batch", 2, "--work-dir", work_dir)
+    proc = harl_tune(*args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "unscheduled loop nest" in proc.stdout
+    report = json.loads((work_dir / "report.json").read_text())
+    assert report["verified"] is True and report["trials_done"] == 4
+    naive = [task for task in report["tasks"] if task["naive"]]
+    assert naive, report["tasks"]  # serial nests of 64 numbers beat any parallel kernel
+    database = open_database(work_dir)
+    records = database.get_all_tuning_records()
+    assert sum(is_naive_trace(r.trace) for r in records) == len(naive)
+    assert sum(not is_naive_trace(r.trace) for r in records) == 4
+
+    rerun = harl_tune(*args)  # the budget is spent: the nests count as no trial
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "going straight to compile" in rerun.stdout
+    again = json.loads((work_dir / "report.json").read_text())
+    assert [t["naive"] for t in again["tasks"]] == [t["naive"] for t in report["tasks"]]
