@@ -96,6 +96,22 @@ def _join_in_flight(task_scheduler) -> None:
                 logger.warning("task %d's batch in flight is lost: %s", task_id, err)
 
 
+def _measure_naive_nests(tasks, target, plan: SearchPlan, builder, runner, database,
+                         stats: list[TaskStats], say) -> None:
+    """harl.naive_nests after the trials; a failure there costs the nests, never the run."""
+    check = tasks_to_check(stats, plan.naive_nests)
+    try:
+        won = measure_naive_nests(tasks, check, target, builder, runner, database, stats)
+    except Exception as err:  # noqa: BLE001  (the trials are done and logged)
+        logger.warning("unscheduled nests not measured: %s", err)
+        if say is not None:
+            say(f"harl: warning: TVM's unscheduled loop nests not measured ({err})")
+        return
+    if check and say is not None:
+        say(f"harl: TVM's unscheduled loop nest of {len(check)} small task(s) measured: "
+            f"faster than the tuned kernel in {won}")
+
+
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
@@ -164,12 +180,9 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 if interrupt.requested:  # keep what the farm is still measuring
                     _join_in_flight(plan.task_scheduler)
                 raise
-            if plan.naive_nests is not None and not is_gpu(target):  # GPUs need thread bindings
-                check = tasks_to_check(stats, plan.naive_nests)
-                won = measure_naive_nests(tasks, check, target, builder, runner, database, stats)
-                if check and say is not None:
-                    say(f"harl: TVM's unscheduled loop nest of {len(check)} small task(s) "
-                        f"measured: faster than the tuned kernel in {won}")
+            if (plan.naive_nests is not None and not is_gpu(target)  # GPUs need thread bindings
+                    and not interrupt.requested):
+                _measure_naive_nests(tasks, target, plan, builder, runner, database, stats, say)
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

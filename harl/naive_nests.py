@@ -12,6 +12,9 @@ schedule, so compiles and plain TVM builds use it. It costs no trials.
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 
 from harl.report.history import TaskStats, trial_latency_s
@@ -38,14 +41,24 @@ def naive_schedule(mod):
 
 
 def is_naive_trace(trace) -> bool:
-    """Whether a record's trace is the unscheduled nest (nothing but block lookups)."""
-    return all(inst.kind.name == "GetSBlock" for inst in trace.insts)
+    """Whether a record's trace is the unscheduled nest: the root block's lookup and nothing
+    else (a searched CPU schedule always annotates the root block at least)."""
+    insts = list(trace.insts)
+    return (len(insts) == 1 and insts[0].kind.name == "GetSBlock"
+            and str(insts[0].attrs[0]) == "root")
 
 
 def tasks_to_check(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]:
     """Tasks with a measured kernel below the threshold whose nest was not measured yet."""
     return [index for index, task in enumerate(stats)
             if task.best_s < config.below_s and not math.isfinite(task.naive_s)]
+
+
+def _remove_build_dir(artifact_path: str) -> None:
+    """The artifact's own folder, as MetaSchedule removes a trial's (never the temp root)."""
+    folder = os.path.dirname(artifact_path)
+    if folder and os.path.realpath(folder) != os.path.realpath(tempfile.gettempdir()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def measure_naive_nests(tasks, indices: list[int], target, builder, runner, database,
@@ -63,9 +76,16 @@ def measure_naive_nests(tasks, indices: list[int], target, builder, runner, data
     built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
     args = [ArgInfo.from_entry_func(sch.mod, remove_preproc=True) for sch in schedules]
     runnable = [k for k, result in enumerate(built) if not result.error_msg]
-    futures = runner.run([ms.runner.RunnerInput(built[k].artifact_path, "cpu", args[k])
-                          for k in runnable])
-    results = dict(zip(runnable, (future.result() for future in futures), strict=True))
+    results = {}
+    try:
+        if runnable:
+            futures = runner.run([ms.runner.RunnerInput(built[k].artifact_path, "cpu", args[k])
+                                  for k in runnable])
+            # A runner that returns fewer results leaves the rest unmeasured.
+            results = {k: future.result() for k, future in zip(runnable, futures, strict=False)}
+    finally:
+        for k in runnable:  # MetaSchedule's clean-up callback only sees trials
+            _remove_build_dir(built[k].artifact_path)
     won = 0
     for k, index in enumerate(indices):
         if k not in results:

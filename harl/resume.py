@@ -139,7 +139,7 @@ class PriorRun:
             for record in task_records:
                 latency = record_latency_s(record)
                 if is_naive_trace(record.trace):
-                    task.naive_s = latency
+                    task.naive_s = min(task.naive_s, latency)
                     continue
                 task.trials += 1
                 if math.isfinite(latency):
@@ -167,6 +167,8 @@ def warm_start_cost_model(cost_model, contexts: list, prior: PriorRun) -> int:
     for context, task_records in zip(contexts, prior.records, strict=True):
         candidates, results = [], []
         for record in task_records:
+            if is_naive_trace(record.trace):  # its latency would rescale the task's labels
+                continue
             try:
                 candidate = record.as_measure_candidate()
             except Exception:  # noqa: BLE001  (a trace that no longer replays teaches nothing)

@@ -42,8 +42,11 @@ def trial_record_lines(work_dir: Path) -> list[str]:
     block lookups only, see harl.naive_nests), which are measured outside the budget."""
     path = work_dir / "database_tuning_record.json"
     lines = path.read_text().splitlines() if path.exists() else []
-    return [line for line in lines
-            if not all(inst[0] == "GetSBlock" for inst in json.loads(line)[1][0][0])]
+    return [line for line in lines if not _is_naive(json.loads(line)[1][0][0])]
+
+
+def _is_naive(insts) -> bool:
+    return len(insts) == 1 and insts[0][0] == "GetSBlock" and insts[0][2][0] == "root"
 
 
 def save_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:

@@ -7,10 +7,11 @@ import pytest
 from conftest import matmul_module, save_model
 from onnx import TensorProto, helper
 from test_end_to_end import harl_tune
+from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from harl.frontend.tasks import TuningTask
-from harl.loop import open_database
+from harl.loop import _measure_naive_nests, open_database
 from harl.naive_nests import (
     NaiveNestConfig,
     is_naive_trace,
@@ -20,7 +21,8 @@ from harl.naive_nests import (
 )
 from harl.report.history import TaskStats
 from harl.report.summary import task_summaries
-from harl.resume import PriorRun
+from harl.resume import PriorRun, warm_start_cost_model
+from harl.search import SearchPlan
 from harl.target import parse_target
 
 
@@ -82,10 +84,35 @@ def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path):
     assert resumed[0].trials == 0 and resumed[0].naive_s == 1e-6
     assert not math.isfinite(resumed[0].best_s)
 
+    class Recording:  # a resumed run's cost model must not learn the nest: it rescales labels
+        def update(self, context, candidates, results):
+            raise AssertionError("trained on a naive record")
+
+    contexts = [ms.TuneContext(mod=task.mod, target=target) for task in tasks]
+    assert warm_start_cost_model(Recording(), contexts, prior) == 0
+
+
+def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path):
+    class Broken:
+        def build(self, inputs):
+            raise RuntimeError("builder gone")
+
+    said = []
+    stats = [TaskStats("tiny", 1, 1, trials=2, best_s=5e-6)]
+    plan = SearchPlan(None, None, lambda index: None, naive_nests=NaiveNestConfig())
+    _measure_naive_nests([TuningTask("tiny", matmul_module(8), 1.0, 1.0)], parse_target(None),
+                         plan, Broken(), None, open_database(tmp_path), stats, said.append)
+    assert said and "not measured (builder gone)" in said[0]
+    assert not math.isfinite(stats[0].naive_s)
+
 
 def test_a_schedule_that_does_something_is_not_naive():
     sch = naive_schedule(matmul_module(8))
     assert is_naive_trace(sch.trace)
+    other = Schedule(matmul_module(8))
+    assert not is_naive_trace(other.trace)  # empty: never returned by the database anyway
+    other.get_sblock("C")
+    assert not is_naive_trace(other.trace)
     sch.get_loops(sch.get_sblock("C"))
     sch.parallel(sch.get_loops(sch.get_sblock("C"))[0])
     assert not is_naive_trace(sch.trace)

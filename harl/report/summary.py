@@ -65,7 +65,8 @@ def format_summary(report: RunReport) -> str:
     for task in report.tasks:
         best = (f"{task.best_ms:.4g}" if task.best_ms is not None
                 else "failed" if task.trials else "predicted" if task.predicted else "untuned")
-        best += " (stopped)" if task.stopped else " (naive)" if task.naive else ""
+        best += " (naive)" if task.naive else ""
+        best += " (stopped)" if task.stopped else ""
         lines.append(f"{task.name[:44]:<44} {task.weight:>6g} {task.flop / 1e6:>9.3f} "
                      f"{task.trials:>6} {best:>10}")
     predicted = sum(1 for task in report.tasks if task.predicted)
