@@ -38,8 +38,9 @@ def conv2d_module(size: int = 8, channels: int = 4):
 
 
 def trial_record_lines(work_dir: Path) -> list[str]:
-    """The tuning log's lines that record trials: not harl's unscheduled-nest records (a trace of
-    block lookups only, see harl.naive_nests), which are measured outside the budget."""
+    """The tuning log's lines that record trials: not harl's unscheduled-nest records, which are
+    measured outside the budget (the JSON form of harl.naive_nests.is_naive_trace: the root
+    block's lookup and nothing else)."""
     path = work_dir / "database_tuning_record.json"
     lines = path.read_text().splitlines() if path.exists() else []
     return [line for line in lines if not _is_naive(json.loads(line)[1][0][0])]
