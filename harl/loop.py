@@ -19,7 +19,7 @@ from harl.interrupt import (
 from harl.measure.builder import PersistentBuilder
 from harl.measure.clock import StageClock
 from harl.measure.runner import ClockedRunner, make_runner, shutdown_runner
-from harl.naive_nests import measure_naive_nests, tasks_to_check
+from harl.naive_nests import measure_naive_nests, tasks_to_check, tasks_to_check_first
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.resume import PriorRun, warm_start_cost_model
@@ -96,20 +96,23 @@ def _join_in_flight(task_scheduler) -> None:
                 logger.warning("task %d's batch in flight is lost: %s", task_id, err)
 
 
-def _measure_naive_nests(tasks, target, plan: SearchPlan, builder, runner, database,
-                         stats: list[TaskStats], say) -> None:
-    """harl.naive_nests after the trials; a failure there costs the nests, never the run."""
-    check = tasks_to_check(stats, plan.naive_nests)
+def _measure_naive_nests(tasks, target, check: list[int], builder, runner, database,
+                         recorder: TrialRecorder, say, when: str) -> None:
+    """harl.naive_nests for the tasks in `check`, into the database and history.csv; a failure
+    there costs the nests, never the run (`when`: before or after tuning, for the messages)."""
     try:
-        won = measure_naive_nests(tasks, check, target, builder, runner, database, stats)
-    except Exception as err:  # noqa: BLE001  (the trials are done and logged)
-        logger.warning("unscheduled nests not measured: %s", err)
+        won = measure_naive_nests(tasks, check, target, builder, runner, database,
+                                  recorder.stats)
+        recorder.record_nests(check)
+    except Exception as err:  # noqa: BLE001  (a nest is a bonus; the trials are what counts)
+        logger.warning("unscheduled nests not measured %s: %s", when, err)
         if say is not None:
-            say(f"harl: warning: TVM's unscheduled loop nests not measured ({err})")
+            say(f"harl: warning: TVM's unscheduled loop nests not measured {when} ({err})")
         return
     if check and say is not None:
-        say(f"harl: TVM's unscheduled loop nest of {len(check)} small task(s) measured: "
-            f"faster than the tuned kernel in {won}")
+        say(f"harl: TVM's unscheduled loop nest of {len(check)} small task(s) measured {when}: "
+            + (f"{won} kept, no trials spent" if when == "before tuning"
+               else f"faster than the tuned kernel in {won}"))
 
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
@@ -160,6 +163,12 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             ]
             if resume.prior is not None and resume.prior.trials:
                 warm_start_cost_model(plan.cost_model, contexts, resume.prior)
+            nests = plan.naive_nests is not None and not is_gpu(target)  # GPUs: thread bindings
+            if nests:
+                _measure_naive_nests(tasks, target, tasks_to_check_first(stats, plan.naive_nests),
+                                     builder, runner, database, recorder, say, "before tuning")
+            if plan.know_latencies is not None:
+                plan.know_latencies([task.naive_s for task in stats])
             if plan.on_start is not None:
                 plan.on_start(work_dir)
             try:
@@ -180,9 +189,9 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 if interrupt.requested:  # keep what the farm is still measuring
                     _join_in_flight(plan.task_scheduler)
                 raise
-            if (plan.naive_nests is not None and not is_gpu(target)  # GPUs need thread bindings
-                    and not interrupt.requested):
-                _measure_naive_nests(tasks, target, plan, builder, runner, database, stats, say)
+            if nests and not interrupt.requested:
+                _measure_naive_nests(tasks, target, tasks_to_check(stats, plan.naive_nests),
+                                     builder, runner, database, recorder, say, "after tuning")
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

@@ -3,10 +3,13 @@
 Every schedule of MetaSchedule's CPU design space parallelises its outer loops, and on a small
 operator (a softmax, a layer norm, a sum over a few hundred numbers) waking the thread pool costs
 more than the work: such kernels tune to a floor of several microseconds, while the serial loop
-nest TVM compiles without a schedule runs in well under one. After tuning, each task whose best
-kernel is below `NaiveNestConfig.below_s` gets its unscheduled nest measured once, with the run's
-own builder and runner; where it is faster, its record goes into the tuning log like any measured
-schedule, so compiles and plain TVM builds use it. It costs no trials.
+nest TVM compiles without a schedule runs in well under one. The nest of each small task (at
+most `NaiveNestConfig.first_max_flop`) is measured before tuning, with the run's own builder and
+runner, and the task allocator starts from its latency, so tasks the nest already serves well
+get no trials until the large ones have had theirs. After tuning, each other task whose best
+kernel is below `NaiveNestConfig.below_s` gets its nest measured too. A nest faster than the
+task's tuned kernels goes into the tuning log like any measured schedule, so compiles and plain
+TVM builds use it. Measuring nests costs no trials.
 """
 
 from __future__ import annotations
@@ -23,6 +26,12 @@ from harl.report.history import TaskStats, trial_latency_s
 @dataclass(frozen=True)
 class NaiveNestConfig:
     """When the unscheduled loop nest is measured."""
+
+    first_max_flop: float = 2e6
+    """tasks of at most this many floating-point operations (TVM's estimate; data movement counts
+    none) have their nest measured before tuning: even a serial nest at a few hundred MFLOP/s
+    runs them in a few ms, so each costs about one trial's measurement, and the allocator learns
+    their latency without spending a batch on them"""
 
     below_s: float = 1e-4
     """tasks whose best measured kernel is faster than this: where the thread pool's start-up is
@@ -48,8 +57,14 @@ def is_naive_trace(trace) -> bool:
             and str(insts[0].attrs[0]) == "root")
 
 
+def tasks_to_check_first(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]:
+    """Before tuning: tasks of at most `first_max_flop` whose nest was not measured yet."""
+    return [index for index, task in enumerate(stats)
+            if task.flop <= config.first_max_flop and not math.isfinite(task.naive_s)]
+
+
 def tasks_to_check(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]:
-    """Tasks with a measured kernel below the threshold whose nest was not measured yet."""
+    """After tuning: tasks with a kernel below `below_s` whose nest was not measured yet."""
     return [index for index, task in enumerate(stats)
             if task.best_s < config.below_s and not math.isfinite(task.naive_s)]
 

@@ -144,8 +144,9 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     from harl.search.program_scorer import ProgramScorer
     from harl.untuned import SAMPLES_PER_TASK, predicted_schedules, scorer_from_records
 
-    # A task with no trials has no record, not even a failed one.
-    untuned = [index for index, task in enumerate(report.tasks) if task.trials == 0]
+    # A task with no trials has no record, not even a failed one, unless its nest was kept.
+    untuned = [index for index, task in enumerate(report.tasks)
+               if task.trials == 0 and not task.naive]
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log

@@ -56,6 +56,16 @@ def test_estimate_starts_once_every_task_is_measured_and_keeps_the_best():
     assert estimate_curve([row(1, 0, 1.0)], weights=[1.0, 1.0]) == []
 
 
+def test_unscheduled_nests_count_towards_the_best_but_not_as_trials():
+    nest = {**row(0.5, 1, 0.5), "trial": ""}  # measured before tuning
+    rows = [nest, {**row(1, 0, 2.0), "trial": "1"}, {**row(2, 0, 1.0), "trial": "2"}]
+    curve = estimate_curve(rows, weights=[1.0, 1.0])
+    assert [(p.trials, p.estimate_ms) for p in curve] == [(1, 2.5), (2, 1.5)]
+    costed = [{**nest, "batch_wall_s": "", "build_s": ""},
+              {**row(1, 0, 2.0, batch_wall_s="4", build_s="2", run_s="1"), "trial": "1"}]
+    assert trial_cost(costed).wall_s == 4.0  # per trial: the nest is not one
+
+
 def test_first_point_reaching_a_target():
     curve = [CurvePoint(3, 1.5, 9.0), CurvePoint(4, 2.0, 7.0), CurvePoint(9, 6.0, 4.0)]
     assert first_reaching(curve, 7.0) == curve[1]

@@ -40,9 +40,11 @@ def test_report_history_and_database_agree(mlp_run):
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
     assert len(report["tasks"]) == 3 and report["trials_done"] >= 6
-    assert all(task["trials"] > 0 and task["best_ms"] > 0 for task in report["tasks"])
+    # A task may get no trial when its unscheduled nest, measured first, is a sliver of the model.
+    assert all(task["best_ms"] > 0 and (task["trials"] > 0 or task["naive"])
+               for task in report["tasks"])
     rows = list(csv.DictReader((work_dir / "history.csv").open()))
-    assert len(rows) == report["trials_done"]
+    assert len([row for row in rows if row["trial"]]) == report["trials_done"]
     assert len(trial_record_lines(work_dir)) == report["trials_done"]
     assert len((work_dir / "database_workload.json").read_text().splitlines()) == 3
 

@@ -26,6 +26,10 @@ def test_estimate_weights_measured_tasks_only():
     stats = [TaskStats("a", 2.0, 1.0, best_s=1e-3), TaskStats("b", 1.0, 1.0)]
     assert math.isclose(end_to_end_estimate_s(stats), 2e-3)
     assert end_to_end_estimate_s([TaskStats("c", 1.0, 1.0)]) is None
+    # A kept unscheduled nest is what a compile uses: it counts, the faster of the two.
+    stats.append(TaskStats("nest only", 1.0, 1.0, naive_s=5e-4))
+    stats.append(TaskStats("nest lost", 1.0, 1.0, best_s=1e-4, naive_s=5e-4))
+    assert math.isclose(end_to_end_estimate_s(stats), 2e-3 + 5e-4 + 1e-4)
 
 
 def test_recorder_writes_every_trial_at_once(tmp_path):

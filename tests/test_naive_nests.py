@@ -1,4 +1,5 @@
-"""TVM's unscheduled loop nest, measured after tuning for tasks whose tuned kernels are tiny."""
+"""TVM's unscheduled loop nest: measured before tuning for small tasks, after it for tasks whose
+tuned kernels are tiny."""
 
 import json
 import math
@@ -18,11 +19,11 @@ from harl.naive_nests import (
     measure_naive_nests,
     naive_schedule,
     tasks_to_check,
+    tasks_to_check_first,
 )
-from harl.report.history import TaskStats
+from harl.report.history import TaskStats, TrialRecorder
 from harl.report.summary import task_summaries
 from harl.resume import PriorRun, warm_start_cost_model
-from harl.search import SearchPlan
 from harl.target import parse_target
 
 
@@ -33,6 +34,13 @@ def test_only_measured_tasks_below_the_threshold_are_checked_once():
              TaskStats("checked", 1, 1, trials=4, best_s=6e-6, naive_s=1e-6)]
     assert tasks_to_check(stats, NaiveNestConfig(below_s=1e-4)) == [0]
     assert tasks_to_check(stats, NaiveNestConfig(below_s=1e-2)) == [0, 1]
+
+
+def test_before_tuning_only_small_tasks_not_measured_yet_are_checked():
+    stats = [TaskStats("copy", 1, 0.0), TaskStats("small", 1, 1e5),
+             TaskStats("large", 1, 1e9), TaskStats("checked", 1, 1e3, naive_s=1e-6)]
+    assert tasks_to_check_first(stats, NaiveNestConfig(first_max_flop=1e6)) == [0, 1]
+    assert tasks_to_check_first(stats, NaiveNestConfig(first_max_flop=-1)) == []
 
 
 def test_the_summary_shows_the_faster_of_tuned_and_naive():
@@ -99,10 +107,11 @@ def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path):
 
     said = []
     stats = [TaskStats("tiny", 1, 1, trials=2, best_s=5e-6)]
-    plan = SearchPlan(None, None, lambda index: None, naive_nests=NaiveNestConfig())
     _measure_naive_nests([TuningTask("tiny", matmul_module(8), 1.0, 1.0)], parse_target(None),
-                         plan, Broken(), None, open_database(tmp_path), stats, said.append)
-    assert said and "not measured (builder gone)" in said[0]
+                         [0], Broken(), None, open_database(tmp_path),
+                         TrialRecorder(stats, tmp_path / "history.csv"), said.append,
+                         "after tuning")
+    assert said and "not measured after tuning (builder gone)" in said[0]
     assert not math.isfinite(stats[0].naive_s)
 
 
@@ -135,15 +144,20 @@ def test_small_tasks_compile_with_the_nest_when_it_is_faster(small_ops_model, tm
     args = (small_ops_model, "--trials", 4, "--trials-per-batch", 2, "--work-dir", work_dir)
     proc = harl_tune(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "unscheduled loop nest" in proc.stdout
+    # Both tasks are small: their nests are measured before tuning, not after.
+    assert "loop nest of 2 small task(s) measured before tuning: 2 kept" in proc.stdout
+    assert "measured after tuning" not in proc.stdout
     report = json.loads((work_dir / "report.json").read_text())
     assert report["verified"] is True and report["trials_done"] == 4
     naive = [task for task in report["tasks"] if task["naive"]]
     assert naive, report["tasks"]  # serial nests of 64 numbers beat any parallel kernel
     database = open_database(work_dir)
     records = database.get_all_tuning_records()
-    assert sum(is_naive_trace(r.trace) for r in records) == len(naive)
+    assert sum(is_naive_trace(r.trace) for r in records) == 2
     assert sum(not is_naive_trace(r.trace) for r in records) == 4
+    # The allocator started from the nests' latencies: no first visit owed to either task.
+    allocator = json.loads((work_dir / "agents" / "task_allocator.json").read_text())
+    assert all(task["known"] for task in allocator)
 
     rerun = harl_tune(*args)  # the budget is spent: the nests count as no trial
     assert rerun.returncode == 0, rerun.stderr[-3000:]

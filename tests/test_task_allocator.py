@@ -106,3 +106,38 @@ def test_busy_tasks_are_not_chosen_and_none_when_only_busy_are_open():
     allocator.finish(0)
     assert allocator.select(busy={1, 2}) is None  # the caller waits for a busy one
     assert allocator.select(busy={1}) == 2
+
+
+def test_a_task_known_before_tuning_owes_no_visit_and_waits_while_it_is_a_sliver():
+    # Task 2's unscheduled nest was measured before tuning: 1 us against tasks of ms.
+    allocator = TaskAllocator([1.0, 1.0, 1.0], [1e6, 1e6, 1e3], AllocatorConfig(), seed=0)
+    allocator.know_latency(2, 1e-6)
+    allocator.know_latency(1, float("inf"))  # a nest that failed teaches nothing
+    assert not allocator.tasks[1].known
+    assert allocator.select() == 0  # unvisited tasks first, largest work first
+    allocator.update(0, 4, 2e-3)
+    assert allocator.select() == 1
+    allocator.update(1, 4, 1e-3)
+    visits = [0, 0, 0]
+    for _ in range(30):  # the large tasks keep improving a little
+        task_id = allocator.select()
+        visits[task_id] += 1
+        best = allocator.tasks[task_id].best_s * 0.99
+        allocator.update(task_id, 4, best)
+    assert visits[2] == 0, visits
+
+
+def test_a_known_task_whose_nest_is_slow_is_tuned_first():
+    allocator = TaskAllocator([1.0, 1.0], [1e6, 1e3], AllocatorConfig(), seed=0)
+    allocator.know_latency(1, 5e-3)  # a slow nest: most of the end-to-end estimate
+    allocator.update(0, 4, 1e-3)  # task 0 visited once
+    assert allocator.select() == 1
+
+
+def test_known_latencies_survive_the_checkpoint():
+    allocator = TaskAllocator([1.0, 1.0], [1.0, 1.0], AllocatorConfig())
+    allocator.know_latency(1, 1e-6)
+    restored = TaskAllocator([1.0, 1.0], [1.0, 1.0], AllocatorConfig())
+    assert restored.load_json(allocator.to_json())
+    assert restored.tasks[1].known and restored.tasks[1].best_s == 1e-6
+    assert restored.tasks[1].gain == 0.0 and restored.tasks[0].gain is None

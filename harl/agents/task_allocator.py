@@ -9,7 +9,11 @@ is still there to buy, shrinking as trials accumulate. Without it, a task that h
 latency but whose last batches found nothing (a rugged landscape, not a converged one) is
 starved in favour of small tasks that keep improving by crumbs.
 Every task is visited once before learning starts, and a task whose gain has not been observed
-yet counts as good as the best, so none is starved.
+yet counts as good as the best, so none is starved. A task whose latency is known before tuning
+(TVM's unscheduled loop nest, measured outside the budget) owes no first visit: it starts with
+that latency as its best and no learned gain, so only its share of the end-to-end estimate
+speaks for it, and a task whose nest is a sliver of the model waits until the large ones have
+had their trials.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class TaskState:
     best_s: float = math.inf
     gain: float | None = None  # learned end-to-end gain per trial (relative); None: unobserved
     finished: bool = False
+    known: bool = False  # best_s was measured before tuning: no first visit owed
 
 
 class TaskAllocator:
@@ -74,7 +79,8 @@ class TaskAllocator:
         open_tasks = [i for i, t in enumerate(self.tasks) if not t.finished and i not in busy]
         if not open_tasks:
             return None
-        unvisited = [i for i in open_tasks if self.tasks[i].batches == 0]
+        unvisited = [i for i in open_tasks
+                     if self.tasks[i].batches == 0 and not self.tasks[i].known]
         if unvisited:  # largest expected work first
             return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
         total, gain_scale = self.end_to_end_s(), self._gain_scale()
@@ -91,6 +97,18 @@ class TaskAllocator:
         chance = share / max(1, task.trials)
         gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
         return gain + self.config.forward_weight * chance
+
+    def know_latency(self, task_id: int, latency_s: float) -> None:
+        """A latency of the task measured outside the trials: its best so far. Before its first
+        batch, the task owes no visit and its learned gain starts at nothing, not at the
+        optimistic best (which would buy every small task a batch)."""
+        task = self.tasks[task_id]
+        if not math.isfinite(latency_s):
+            return
+        task.best_s = min(task.best_s, latency_s)
+        if task.batches == 0:
+            task.known = True
+            task.gain = 0.0 if task.gain is None else task.gain
 
     def update(self, task_id: int, trials: int, best_s: float) -> float:
         """Record a finished batch of `trials` whose task best is now `best_s`; returns reward."""
@@ -124,6 +142,7 @@ class TaskAllocator:
             task.batches, task.trials = int(saved["batches"]), int(saved["trials"])
             task.best_s = math.inf if best is None else float(best)
             task.gain = saved["gain"]
+            task.known = bool(saved.get("known", False))  # absent in older checkpoints
         return True
 
     def finish(self, task_id: int) -> None:

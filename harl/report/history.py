@@ -39,11 +39,17 @@ class TaskStats:
     stopped: bool = False
     """harl gave up on this task: its candidates kept failing"""
     naive_s: float = math.inf
-    """TVM's unscheduled loop nest, when measured after tuning (see harl.naive_nests)"""
+    """TVM's unscheduled loop nest, when measured (see harl.naive_nests)"""
 
     @property
     def measured(self) -> bool:
-        return math.isfinite(self.best_s)
+        """Whether the task's latency is known (from a trial or its unscheduled nest)."""
+        return math.isfinite(self.best_known_s)
+
+    @property
+    def best_known_s(self) -> float:
+        """The faster of the best trial and the unscheduled nest: what a compile would use."""
+        return min(self.best_s, self.naive_s)
 
 
 def trial_latency_s(builder_result, runner_result) -> tuple[float, str]:
@@ -73,11 +79,11 @@ def one_line_error(message) -> str:
 
 
 def end_to_end_estimate_s(stats: list[TaskStats]) -> float | None:
-    """Weighted sum of each measured task's best latency (None before any measurement)."""
+    """Weighted sum of each measured task's best latency, nests included (None before any)."""
     measured = [s for s in stats if s.measured]
     if not measured:
         return None
-    return sum(s.weight * s.best_s for s in measured)
+    return sum(s.weight * s.best_known_s for s in measured)
 
 
 @derived_object
@@ -135,7 +141,7 @@ class TrialRecorder(PyMeasureCallback):
             estimate = end_to_end_estimate_s(self.stats)
             self._writer.writerow([
                 f"{time.monotonic() - self.start:.3f}", task_id, task.name, task.trials,
-                _ms(latency_s), error, _ms(task.best_s), _ms(estimate),
+                _ms(latency_s), error, _ms(task.best_known_s), _ms(estimate),
                 *(batch_columns if index == 0 else ["", "", "", ""]),
             ])
         self._file.flush()
@@ -144,6 +150,18 @@ class TrialRecorder(PyMeasureCallback):
             estimate = end_to_end_estimate_s(self.stats)
             self.progress.update(self.trials_done, None if estimate is None else estimate * 1e3,
                                  sum(s.measured for s in self.stats), len(self.stats))
+
+    def record_nests(self, task_ids: list[int]) -> None:
+        """A row for each unscheduled nest of `task_ids` that was measured (harl.naive_nests).
+        It is no trial: its trial and batch columns are empty."""
+        for task_id in task_ids:
+            task = self.stats[task_id]
+            if math.isfinite(task.naive_s):
+                self._writer.writerow([
+                    f"{time.monotonic() - self.start:.3f}", task_id, task.name, "",
+                    _ms(task.naive_s), "", _ms(task.best_known_s),
+                    _ms(end_to_end_estimate_s(self.stats)), "", "", "", ""])
+        self._file.flush()
 
     def _batch_columns(self) -> list[str]:
         """Batch number and wall / build / run seconds since the previous batch."""

@@ -52,7 +52,7 @@ class RunReport:
 def task_summaries(stats: list[TaskStats]) -> list[TaskSummary]:
     summaries = []
     for s in stats:
-        best_s = min(s.best_s, s.naive_s)
+        best_s = s.best_known_s
         summaries.append(TaskSummary(s.name, s.weight, s.flop, s.trials, s.failures,
                                      best_s * 1e3 if math.isfinite(best_s) else None, s.stopped,
                                      naive=s.naive_s < s.best_s))

@@ -24,6 +24,8 @@ class SearchPlan:
     measure_callbacks: list = field(default_factory=list)  # extra ms.MeasureCallbacks
     metrics: object | None = None  # harl.report.metrics.MetricsLogger of the agents, if any
     naive_nests: object | None = None  # harl.naive_nests.NaiveNestConfig; None: not measured
+    know_latencies: Callable[[list[float]], None] | None = None
+    """per task, a latency measured before the trials (the unscheduled nest; inf: none)"""
 
 
 def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False) -> SearchPlan:

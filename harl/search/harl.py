@@ -80,4 +80,5 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
         on_finish=on_finish,
         metrics=metrics,
         naive_nests=NaiveNestConfig(),
+        know_latencies=scheduler.know_latencies,
     )

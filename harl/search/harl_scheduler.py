@@ -35,6 +35,7 @@ class HarlTaskScheduler(PyTaskScheduler):
         self.max_in_flight = max_in_flight
         self.allocator: TaskAllocator | None = None
         self.saved_state: list[dict] | None = None  # from a checkpoint, applied on first use
+        self.known_latencies: list[float] = []  # per task, measured before tuning (inf: none)
         self.overlapped_batches = 0
         """measured batches that were chosen while another task's batch was being measured"""
         self._in_flight: list[int] = []  # tasks handed to TVM and not joined yet, oldest first
@@ -90,6 +91,13 @@ class HarlTaskScheduler(PyTaskScheduler):
                                            self.config, self.seed)
             if self.saved_state is not None:
                 self.allocator.load_json(self.saved_state)
+            for task_id, latency_s in enumerate(self.known_latencies):
+                self.allocator.know_latency(task_id, latency_s)
+
+    def know_latencies(self, latencies_s: list[float]) -> None:
+        """Per task, a latency measured before tuning (inf where none); the allocator starts
+        from them when the loop starts."""
+        self.known_latencies = list(latencies_s)
 
     def learn(self, task_id: int, builder_results, runner_results) -> None:
         """One measured batch of `task_id`: reward the allocator."""

@@ -2,7 +2,9 @@
 
 A curve point is (trials measured, tuning seconds, end-to-end estimate in ms). The estimate is
 defined only once every task has a measured schedule: before that, history.csv's running estimate
-sums the measured tasks only and would look better than it is.
+sums the measured tasks only and would look better than it is. Rows with an empty trial column
+are TVM's unscheduled nests, measured outside the budget (harl.naive_nests): they count towards a
+task's best, not as trials.
 """
 
 from __future__ import annotations
@@ -33,15 +35,21 @@ class Spread:
 def estimate_curve(rows: Iterable[dict], weights: Sequence[float]) -> list[CurvePoint]:
     """Best weighted end-to-end estimate after each trial of a history.csv, once complete."""
     best = [math.inf] * len(weights)
-    curve = []
-    for trial, row in enumerate(rows, start=1):
+    curve, trials = [], 0
+    for row in rows:
+        trials += is_trial(row)
         if row.get("latency_ms"):
             task = int(row["task_id"])
             best[task] = min(best[task], float(row["latency_ms"]))
         if all(math.isfinite(b) for b in best):
             estimate = sum(w * b for w, b in zip(weights, best, strict=True))
-            curve.append(CurvePoint(trial, float(row["time_s"]), estimate))
+            curve.append(CurvePoint(trials, float(row["time_s"]), estimate))
     return curve
+
+
+def is_trial(row: dict) -> bool:
+    """Whether a history.csv row is a trial (not an unscheduled nest's measurement)."""
+    return row.get("trial", "1") != ""
 
 
 def first_reaching(curve: Sequence[CurvePoint], target_ms: float,
@@ -107,5 +115,5 @@ def trial_cost(rows: Sequence[dict]) -> TrialCost | None:
     def total(column: str) -> float:
         return sum(float(row[column]) for row in rows if row.get(column))
 
-    n = len(rows)
+    n = sum(is_trial(row) for row in rows)
     return TrialCost(total("batch_wall_s") / n, total("build_s") / n, total("run_s") / n)
