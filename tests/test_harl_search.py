@@ -17,6 +17,7 @@ from harl.search.harl_search import (
     tunable_insts,
 )
 from harl.search.program_scorer import ProgramScorer
+from harl.search.trace_sites import site_kind
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -64,6 +65,18 @@ def test_candidates_are_legal_distinct_and_within_budget():
         strategy.notify_runner_results(candidates, results)
     assert len(seen) == 12 and batches == 3
     strategy.post_tuning()
+
+
+def test_a_small_task_also_searches_its_sketches_on_one_thread():
+    small, spaces = make_strategy(64)  # 0.5 MFLOP
+    small.pre_tuning(8, 4, spaces, None, ms.cost_model.RandomModel())
+    assert len(small.sketches) == 2 * len(spaces)
+    serial = [sketch.trace for sketch in small.sketches[len(spaces):]]
+    assert all("parallel" not in [site_kind(inst) for inst in tunable_insts(trace)]
+               for trace in serial)
+    large, spaces = make_strategy(256)  # 34 MFLOP: a serial schedule would only lose
+    large.pre_tuning(8, 4, spaces, None, ms.cost_model.RandomModel())
+    assert len(large.sketches) == len(spaces)
 
 
 def test_a_batch_whose_samples_fail_is_topped_up_not_ended():

@@ -8,6 +8,7 @@ from harl.agents.tile_tuner import is_legal, propose
 from harl.search.trace_sites import (
     initial_options,
     parallel_options,
+    serial_variant,
     site_kind,
     site_of,
     state_of,
@@ -68,8 +69,26 @@ def test_parallel_extent_changes_the_program():
     trace = context.generate_design_space()[0].trace.simplified(remove_postproc=True)
     kinds = [site_kind(inst) for inst in tunable_insts(trace)]
     state = list(state_of(trace))
-    serial = state.copy()
-    serial[kinds.index("parallel")] = 1
+    narrowest = state.copy()
+    narrowest[kinds.index("parallel")] = 1
     wide = materialize(context, with_state(trace, tuple(state))).mod.script()
-    narrow = materialize(context, with_state(trace, tuple(serial))).mod.script()
+    narrow = materialize(context, with_state(trace, tuple(narrowest))).mod.script()
     assert wide != narrow
+
+
+def test_the_serial_variant_runs_on_one_thread():
+    context = conv_context()
+    trace = context.generate_design_space()[0].trace.simplified(remove_postproc=True)
+    serial = serial_variant(trace)
+    assert serial is not None and serial_variant(serial) is None
+    kinds = [site_kind(inst) for inst in tunable_insts(trace)]
+    assert [site_kind(inst) for inst in tunable_insts(serial)] == [
+        kind for kind in kinds if kind != "parallel"]
+    state = list(state_of(trace))
+    # Even an extent of 1 leaves the outermost loop parallel: MetaSchedule's postproc fuses the
+    # first loop in before it checks the extent.
+    state[kinds.index("parallel")] = 1
+    assert "T.parallel" in materialize(context, with_state(trace, tuple(state))).mod.script()
+    serial_state = tuple(x for x, kind in zip(state, kinds, strict=True) if kind != "parallel")
+    program = materialize(context, with_state(serial, serial_state)).mod.script()
+    assert "T.parallel" not in program and "T.vectorized" in program

@@ -34,10 +34,19 @@ def fuse_for_tuning(mod, target):
         return tvm.transform.Sequential(passes)(mod)
 
 
+def task_flop(mod) -> float:
+    """TVM's estimate of a task's floating-point operations (0 where it cannot count them)."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001  (an estimate: a task it cannot count is still tuned)
+        return 0.0
+
+
 def extract_tasks(relax_mod, target) -> list[TuningTask]:
     """The model's distinct tunable subgraphs, largest FLOP share first."""
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.analysis import estimate_tir_flops
 
     fused = fuse_for_tuning(relax_mod, target)
     extracted = ms.relax_integration.extract_tasks(fused, target)
@@ -46,11 +55,7 @@ def extract_tasks(relax_mod, target) -> list[TuningTask]:
         mod = task.dispatched[0]
         if mod.attrs is not None and mod.attrs.get("tirx.is_scheduled", False):
             continue
-        try:
-            flop = float(estimate_tir_flops(mod))
-        except Exception:  # noqa: BLE001  (flop counting is informative only)
-            flop = 0.0
-        tasks.append(TuningTask(task.task_name, mod, float(task.weight), flop))
+        tasks.append(TuningTask(task.task_name, mod, float(task.weight), task_flop(mod)))
     if not tasks:
         raise HarlError("the model has no tunable subgraphs")
     tasks.sort(key=lambda t: -t.weight * t.flop)

@@ -17,12 +17,14 @@ from harl.agents.model_trust import TrustBoard
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
+from harl.frontend.tasks import task_flop
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import (
     initial_options,
     schedule_of,
+    serial_variant,
     site_of,
     state_of,
     structure_of,
@@ -57,6 +59,12 @@ class HarlSearchConfig:
     """once a sketch has measured elites, at most this share of its candidates are fresh
     samples; the rest refine the elites, even before the cost model ranks well (neighbours of
     good schedules are often good: the prior MetaSchedule's mutations rely on)"""
+    serial_max_flop: float = 2e6
+    """tasks of at most this many floating-point operations also get each sketch without its
+    parallel annotation (one thread): waking the thread pool costs microseconds, a large share of
+    a small kernel, and MetaSchedule's CPU space has no serial schedule. The sketch chooser
+    learns which kind wins; larger tasks keep only TVM's sketches (a serial one would be
+    measured only to lose)"""
     fill_rounds: int = 4
     """rounds of drawing a batch: a round short of candidates (random samples that fail the
     postprocs, states measured before) is topped up by the next. An empty batch ends the task
@@ -119,14 +127,20 @@ class HarlSearchStrategy(PySearchStrategy):
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
         self.trust = self.trust_board.task(self.task_id)
         self.sketches = []
-        for index, space in enumerate(design_spaces):
-            trace = space.trace.simplified(remove_postproc=True)
+        for index, trace in enumerate(self._sketch_traces(design_spaces)):
             sites = [site_of(inst) for inst in tunable_insts(trace)]
             tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index,
                               policy=self.policy, options=initial_options(trace))
             self.sketches.append(Sketch(trace, tuner))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         self._seed_elites(database)
+
+    def _sketch_traces(self, design_spaces) -> list:
+        """The design spaces' traces, and for a small task their serial variants after them."""
+        traces = [space.trace.simplified(remove_postproc=True) for space in design_spaces]
+        if task_flop(self.mod) <= self.config.serial_max_flop:
+            traces += [v for v in map(serial_variant, traces) if v is not None]
+        return traces
 
     def _seed_elites(self, database) -> None:
         """On resume, each sketch's elites are the database's best records of this workload.

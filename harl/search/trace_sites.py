@@ -28,6 +28,17 @@ def site_kind(inst) -> str | None:
     return None
 
 
+def serial_variant(trace) -> Trace | None:
+    """`trace` without its parallel annotation: the same schedule on one thread (None when it has
+    none). MetaSchedule's CPU rules always annotate one, and its postproc then parallelises at
+    least the outermost loop whatever the extent, so no schedule of its space is serial."""
+    insts = [inst for inst in trace.insts if site_kind(inst) != "parallel"]
+    if len(insts) == len(trace.insts):
+        return None
+    return Trace(insts, {inst: value for inst, value in trace.decisions.items()
+                         if site_kind(inst) != "parallel"})
+
+
 def tunable_insts(trace) -> list:
     return [inst for inst in trace.insts if site_kind(inst) is not None]
 
