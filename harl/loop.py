@@ -141,6 +141,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                              max_failed_batches=measure.max_failed_batches, say=say,
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
+    started = False  # plan.on_start ran
     try:
         with interrupt_flag() as interrupt:
             if own_builder:
@@ -163,14 +164,15 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             ]
             if resume.prior is not None and resume.prior.trials:
                 warm_start_cost_model(plan.cost_model, contexts, resume.prior)
+            if plan.on_start is not None:
+                plan.on_start(work_dir)
+            started = True
             nests = plan.naive_nests is not None and not is_gpu(target)  # GPUs: thread bindings
             if nests:
                 _measure_naive_nests(tasks, target, tasks_to_check_first(stats, plan.naive_nests),
                                      builder, runner, database, recorder, say, "before tuning")
             if plan.know_latencies is not None:
                 plan.know_latencies([task.naive_s for task in stats])
-            if plan.on_start is not None:
-                plan.on_start(work_dir)
             try:
                 plan.task_scheduler.tune(
                     tasks=contexts,
@@ -202,6 +204,6 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             builder.shutdown()
         if own_runner and runner is not None:
             shutdown_runner(runner)
-        if plan.on_finish is not None:
+        if plan.on_finish is not None and started:  # saves the agents: only those it restored
             plan.on_finish(work_dir)
     return database, stats

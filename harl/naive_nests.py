@@ -1,4 +1,4 @@
-"""TVM's unscheduled loop nest, measured for tasks whose tuned kernels are tiny.
+"""TVM's unscheduled loop nest, measured for small tasks before tuning and tiny ones after.
 
 Every schedule of MetaSchedule's CPU design space parallelises its outer loops, and on a small
 operator (a softmax, a layer norm, a sum over a few hundred numbers) waking the thread pool costs
@@ -28,10 +28,11 @@ class NaiveNestConfig:
     """When the unscheduled loop nest is measured."""
 
     first_max_flop: float = 2e6
-    """tasks of at most this many floating-point operations (TVM's estimate; data movement counts
-    none) have their nest measured before tuning: even a serial nest at a few hundred MFLOP/s
-    runs them in a few ms, so each costs about one trial's measurement, and the allocator learns
-    their latency without spending a batch on them"""
+    """tasks of at most this many floating-point operations (TVM's estimate; data movement, and
+    a task it cannot count, count none) have their nest measured before tuning: even a serial
+    nest at a few hundred MFLOP/s runs them in a few ms (a copy of a large tensor may take tens;
+    a run is cut at the runner's timeout), so each costs about one trial's measurement, and the
+    allocator learns their latency without spending a batch on them"""
 
     below_s: float = 1e-4
     """tasks whose best measured kernel is faster than this: where the thread pool's start-up is

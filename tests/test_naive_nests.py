@@ -4,6 +4,7 @@ tuned kernels are tiny."""
 import json
 import math
 
+import numpy as np
 import pytest
 from conftest import matmul_module, save_model
 from onnx import TensorProto, helper
@@ -149,12 +150,18 @@ def test_small_tasks_compile_with_the_nest_when_it_is_faster(small_ops_model, tm
     assert "measured after tuning" not in proc.stdout
     report = json.loads((work_dir / "report.json").read_text())
     assert report["verified"] is True and report["trials_done"] == 4
-    naive = [task for task in report["tasks"] if task["naive"]]
-    assert naive, report["tasks"]  # serial nests of 64 numbers beat any parallel kernel
     database = open_database(work_dir)
     records = database.get_all_tuning_records()
     assert sum(is_naive_trace(r.trace) for r in records) == 2
     assert sum(not is_naive_trace(r.trace) for r in records) == 4
+    # A task is marked naive exactly when its nest is the fastest record of its workload.
+    fastest = {}
+    for record in records:
+        key, secs = str(record.workload.mod), float(np.mean([float(x) for x in record.run_secs]))
+        if key not in fastest or secs < fastest[key][0]:
+            fastest[key] = (secs, is_naive_trace(record.trace))
+    naive = [task for task in report["tasks"] if task["naive"]]
+    assert len(naive) == sum(won for _, won in fastest.values())
     # The allocator started from the nests' latencies: no first visit owed to either task.
     allocator = json.loads((work_dir / "agents" / "task_allocator.json").read_text())
     assert all(task["known"] for task in allocator)

@@ -162,6 +162,9 @@ class TrialRecorder(PyMeasureCallback):
                     _ms(task.naive_s), "", _ms(task.best_known_s),
                     _ms(end_to_end_estimate_s(self.stats)), "", "", "", ""])
         self._file.flush()
+        # The next batch's wall, build and run seconds start here, without the nests'.
+        self._last_mark = (time.monotonic(), self.clock.build_s if self.clock else 0.0,
+                           self.clock.run_s if self.clock else 0.0)
 
     def _batch_columns(self) -> list[str]:
         """Batch number and wall / build / run seconds since the previous batch."""

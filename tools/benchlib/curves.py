@@ -33,7 +33,9 @@ class Spread:
 
 
 def estimate_curve(rows: Iterable[dict], weights: Sequence[float]) -> list[CurvePoint]:
-    """Best weighted end-to-end estimate after each trial of a history.csv, once complete."""
+    """Best weighted end-to-end estimate after each row of a history.csv, once complete: a
+    nest's row (measured outside the budget) adds a point at the trials counted so far, so a
+    run whose nests cover every task untried starts at 0 trials."""
     best = [math.inf] * len(weights)
     curve, trials = [], 0
     for row in rows:
