@@ -138,12 +138,8 @@ class TrialRecorder(PyMeasureCallback):
             else:
                 task.failures += 1
                 task.last_error = error
-            estimate = end_to_end_estimate_s(self.stats)
-            self._writer.writerow([
-                f"{time.monotonic() - self.start:.3f}", task_id, task.name, task.trials,
-                _ms(latency_s), error, _ms(task.best_known_s), _ms(estimate),
-                *(batch_columns if index == 0 else ["", "", "", ""]),
-            ])
+            self._write_row(task_id, task.trials, latency_s, error,
+                            batch_columns if index == 0 else ["", "", "", ""])
         self._file.flush()
         self._track_failures(task_id, batch_failed)
         if self.progress is not None:
@@ -155,23 +151,32 @@ class TrialRecorder(PyMeasureCallback):
         """A row for each unscheduled nest of `task_ids` that was measured (harl.naive_nests).
         It is no trial: its trial and batch columns are empty."""
         for task_id in task_ids:
-            task = self.stats[task_id]
-            if math.isfinite(task.naive_s):
-                self._writer.writerow([
-                    f"{time.monotonic() - self.start:.3f}", task_id, task.name, "",
-                    _ms(task.naive_s), "", _ms(task.best_known_s),
-                    _ms(end_to_end_estimate_s(self.stats)), "", "", "", ""])
+            naive_s = self.stats[task_id].naive_s
+            if math.isfinite(naive_s):
+                self._write_row(task_id, "", naive_s, "", ["", "", "", ""])
         self._file.flush()
-        # The next batch's wall, build and run seconds start here, without the nests'.
-        self._last_mark = (time.monotonic(), self.clock.build_s if self.clock else 0.0,
-                           self.clock.run_s if self.clock else 0.0)
+        self._last_mark = self._mark()  # the next batch's seconds start here, without the nests'
+
+    def _write_row(self, task_id: int, trial, latency_s: float, error: str,
+                   batch_columns: list[str]) -> None:
+        """One history.csv row of task `task_id`, with its best and the end-to-end estimate."""
+        task = self.stats[task_id]
+        self._writer.writerow([
+            f"{time.monotonic() - self.start:.3f}", task_id, task.name, trial, _ms(latency_s),
+            error, _ms(task.best_known_s), _ms(end_to_end_estimate_s(self.stats)),
+            *batch_columns,
+        ])
+
+    def _mark(self) -> tuple[float, float, float]:
+        """Now: the wall clock, and the build and run seconds counted so far."""
+        if self.clock is None:
+            return time.monotonic(), 0.0, 0.0
+        return time.monotonic(), self.clock.build_s, self.clock.run_s
 
     def _batch_columns(self) -> list[str]:
         """Batch number and wall / build / run seconds since the previous batch."""
         self.batches += 1
-        now = time.monotonic()
-        build_s = self.clock.build_s if self.clock is not None else 0.0
-        run_s = self.clock.run_s if self.clock is not None else 0.0
+        now, build_s, run_s = self._mark()
         last_wall, last_build, last_run = self._last_mark
         self._last_mark = (now, build_s, run_s)
         if self.clock is None:
