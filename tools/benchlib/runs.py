@@ -53,7 +53,7 @@ class RunResult:
 
 
 def tune_command(spec: RunSpec, work_dir: Path, target: str | None,
-                 trials_per_batch: int | None) -> list[str]:
+                 trials_per_batch: int | None, extra_args: tuple[str, ...] = ()) -> list[str]:
     # --no-evaluate: the bench compiles, verifies and times every build itself, interleaved.
     command = [sys.executable, "-m", "harl.tune", str(spec.model), "--quiet", "--no-evaluate",
                "--work-dir", str(work_dir), "--strategy", spec.strategy,
@@ -62,17 +62,18 @@ def tune_command(spec: RunSpec, work_dir: Path, target: str | None,
         command += ["--target", target]
     if trials_per_batch is not None:
         command += ["--trials-per-batch", str(trials_per_batch)]
-    return command
+    return command + list(extra_args)
 
 
 def run_tuning(spec: RunSpec, out: Path, target: str | None = None,
-               trials_per_batch: int | None = None, resume: bool = False) -> RunResult:
+               trials_per_batch: int | None = None, resume: bool = False,
+               extra_args: tuple[str, ...] = ()) -> RunResult:
     """Tune once (or, with `resume`, reuse a finished work dir) and load what it wrote."""
     work_dir = spec.work_dir(out)
     if resume and (work_dir / "report.json").is_file():
         return load_run(spec, work_dir, exit_code=0)
     work_dir.mkdir(parents=True, exist_ok=True)
-    command = tune_command(spec, work_dir, target, trials_per_batch)
+    command = tune_command(spec, work_dir, target, trials_per_batch, extra_args)
     start = time.monotonic()
     with open(work_dir / "tune_output.txt", "w") as log:
         log.write(" ".join(command) + "\n")

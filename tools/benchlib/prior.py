@@ -1,0 +1,166 @@
+"""Train harl's cost-model prior on tuning work dirs and write it, with its manifest, to harl/data/.
+
+The model is TVM's XGBModel trained as MetaSchedule trains it during a run: a row of
+`PerStoreFeature` per store of a candidate, labels per workload scaled to (best latency /
+candidate's latency), failed candidates at 0. Its quality is judged by leaving each work dir's
+workloads out of training in turn: the rank correlation of the held-out predictions with the
+measured throughputs, per workload.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchlib.machine import cpu_model
+from benchlib.models import resolve_model
+from benchlib.synthetic import MIN_FLOP
+from harl.agents.model_trust import rank_correlation
+from harl.naive_nests import is_naive_trace
+from harl.search.cost_prior import DATA_DIR, MANIFEST_FILE, MODEL_FILE
+
+MIN_HELD_OUT = 8
+"""workloads with fewer measured records are trained on but not judged"""
+
+
+@dataclass
+class Workload:
+    name: str
+    source: str  # the work dir it was measured in (left out of training together)
+    features: list[np.ndarray] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # inf: the candidate failed
+
+    def labels(self) -> np.ndarray:
+        costs = np.where(np.isfinite(self.latencies), self.latencies, 1e10)
+        return costs.min() / costs
+
+
+def _shash(mod) -> str:
+    from tvm.s_tir.meta_schedule.utils import shash2hex
+
+    return shash2hex(mod)
+
+
+def benchmarked_hashes(models: tuple[str, ...], target) -> set[str]:
+    """Structural hashes of every task of the benchmarked models."""
+    from harl.frontend.onnx_model import import_to_relax, load_onnx
+    from harl.frontend.tasks import extract_tasks
+
+    hashes = set()
+    for spec in models:
+        for task in extract_tasks(import_to_relax(load_onnx(resolve_model(spec))), target):
+            hashes.add(_shash(task.mod))
+    return hashes
+
+
+def read_workloads(work_dir: Path) -> list[Workload]:
+    """Every searched (not naive-nest) record of a work dir, with features, by workload."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    from harl.resume import record_latency_s
+
+    loaded = [ms.database.Workload.from_json(json.loads(line)) for line in
+              (work_dir / "database_workload.json").read_text().splitlines() if line.strip()]
+    extractor = PerStoreFeature()
+    contexts: dict[int, object] = {}
+    workloads: dict[int, Workload] = {}
+    for line in (work_dir / "database_tuning_record.json").read_text().splitlines():
+        if not line.strip():
+            continue
+        index, payload = json.loads(line)
+        record = ms.database.TuningRecord.from_json(payload, loaded[index])
+        if record.trace is None or is_naive_trace(record.trace):
+            continue
+        if index not in contexts:
+            contexts[index] = ms.TuneContext(mod=loaded[index].mod, target=record.target,
+                                             num_threads=1)
+            workloads[index] = Workload(_shash(loaded[index].mod), str(work_dir))
+        try:
+            candidate = record.as_measure_candidate()
+            features = extractor.extract_from(contexts[index], [candidate])[0].numpy()
+        except Exception:  # noqa: BLE001  (a trace that no longer replays teaches nothing)
+            continue
+        workloads[index].features.append(features.astype("float32"))
+        workloads[index].latencies.append(record_latency_s(record))
+    return [w for w in workloads.values() if w.features]
+
+
+def _train(workloads: list[Workload]):
+    from tvm.s_tir import meta_schedule as ms
+
+    model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**9)._inst
+    model._train(xs=[x for w in workloads for x in w.features],
+                 ys=np.concatenate([w.labels() for w in workloads]))
+    return model
+
+
+def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
+    """Per workload (by source work dir left out in turn): rank correlation of predictions."""
+    rhos = {}
+    for source in sorted({w.source for w in workloads}):
+        others = [w for w in workloads if w.source != source]
+        if not others:
+            continue
+        model = _train(others)
+        for w in workloads:
+            if w.source == source and len(w.features) >= MIN_HELD_OUT:
+                latencies = np.asarray(w.latencies)
+                throughput = np.where(np.isfinite(latencies), 1.0 / latencies, 0.0)
+                rhos[f"{Path(source).parent.name}/{w.name[:12]}"] = rank_correlation(
+                    model._predict(xs=w.features), throughput)
+    return rhos
+
+
+def train_and_write(work_dirs: list[Path], benchmarked_models: tuple[str, ...],
+                    folder: Path = DATA_DIR, command: str = "") -> dict:
+    """Train on every work dir's records, judge by leaving each out, write model and manifest."""
+    import tvm
+
+    from harl.target import parse_target
+
+    target = parse_target("llvm")
+    refused = benchmarked_hashes(benchmarked_models, target)
+    workloads, skipped = [], 0
+    for work_dir in work_dirs:
+        for workload in read_workloads(work_dir):
+            if workload.name in refused:
+                skipped += 1
+            else:
+                workloads.append(workload)
+    if not workloads:
+        raise SystemExit("no records to train on")
+    rhos = held_out_rhos(workloads)
+    model = _train(workloads)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.booster.save_model(str(folder / MODEL_FILE))
+    records = sum(len(w.features) for w in workloads)
+    failed = sum(not math.isfinite(x) for w in workloads for x in w.latencies)
+    manifest = {
+        "target_kind": "llvm",
+        "tvm_version": tvm.__version__,
+        "features": "PerStoreFeature (TVM defaults), one row per store",
+        "measured_on": f"{cpu_model()}, target {target}",
+        "date": datetime.date.today().isoformat(),
+        "command": command,
+        "work_dirs": len(work_dirs),
+        "workloads": len(workloads),
+        "records": records,
+        "failed_records": failed,
+        "refused_benchmark_workloads": skipped,
+        "held_out_rho": round(statistics.median(rhos.values()), 3) if rhos else 0.0,
+        "held_out_rho_quartiles": [round(float(q), 3) for q in
+                                   np.percentile(list(rhos.values()), [25, 50, 75])]
+        if rhos else [],
+        "held_out_workloads": len(rhos),
+        "min_flop": MIN_FLOP,
+    }
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    print(json.dumps(manifest, indent=2))
+    return manifest

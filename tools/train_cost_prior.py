@@ -1,0 +1,69 @@
+"""Train the cost-model prior harl ships for CPU targets (harl/data/), from synthetic workloads.
+
+    python tools/train_cost_prior.py [--models 24] [--trials 64] [--out logs/prior]
+
+1. writes `--models` random ONNX models of three operators each (benchlib/synthetic.py: convs,
+   depthwise convs, dense and batched matmuls; none a benchmarked kernel),
+2. tunes each once with `python -m harl.tune --no-evaluate --no-prior` (runs with a report.json in
+   their work dir are reused, so an interrupted run picks up where it stopped),
+3. trains an XGBoost model on every measured record, as MetaSchedule's XGBModel trains (features
+   per store, labels the best latency of the workload over each record's), and writes it to
+   harl/data/ with a manifest: TVM version, the workloads, how many records, and the held-out rank
+   correlation per workload when it is left out of training.
+
+Workloads of the models harl is benchmarked on (tasks/examples, the bench's kernels, SqueezeNet)
+are refused as training data: the prior must not have seen what it is judged on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run from elsewhere
+
+from benchlib.machine import ROOT  # noqa: E402
+from benchlib.runs import RunSpec, run_tuning  # noqa: E402
+from benchlib.synthetic import synthetic_models  # noqa: E402
+
+BENCHMARKED_MODELS = ("tasks/examples/mlp.onnx", "tasks/examples/cnn.onnx",
+                      "tasks/examples/transformer_block.onnx", "kernel:conv56",
+                      "kernel:matmul512", "light:squeezenet")
+
+
+def tune_models(models: list[Path], out: Path, trials: int) -> list[Path]:
+    """Tune each model once (reusing finished runs); their work dirs."""
+    work_dirs = []
+    for index, model in enumerate(models):
+        spec = RunSpec(model, model.stem, "harl", trials, 0)
+        result = run_tuning(spec, out, extra_args=("--no-prior",), resume=True)
+        print(f"[{index + 1}/{len(models)}] {model.stem}: exit {result.exit_code}, "
+              f"{result.report.get('trials_done', 0)} trials", flush=True)
+        if result.ok:
+            work_dirs.append(result.work_dir)
+    return work_dirs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=int, default=24, help="synthetic models to tune")
+    parser.add_argument("--trials", type=int, default=64, help="trials per model")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model generator")
+    parser.add_argument("--out", type=Path, default=ROOT / "logs" / "prior")
+    parser.add_argument("--tune-only", action="store_true", help="stop before training")
+    args = parser.parse_args(argv)
+    models = synthetic_models(args.out / "models", args.models, seed=args.seed)
+    work_dirs = tune_models(models, args.out / "runs", args.trials)
+    if args.tune_only:
+        return 0
+    from benchlib.prior import train_and_write
+
+    train_and_write(work_dirs, BENCHMARKED_MODELS,
+                    command=" ".join(["python", "tools/train_cost_prior.py", *sys.argv[1:]]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
