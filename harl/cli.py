@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help=_help("quiet"))
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                         help="tune only: skip compiling, checking and timing the tuned model")
+    parser.add_argument("--no-prior", dest="cost_prior", action="store_false",
+                        help=_help("cost_prior") + " (on by default; this turns it off)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return parser
 
@@ -68,6 +70,7 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
                       work_dir=args.work_dir, strategy=args.strategy, input_shapes=shapes,
                       seed=args.seed, quiet=args.quiet, trials_per_batch=args.trials_per_batch,
                       evaluate=args.evaluate, fresh=args.fresh, measure=measure,
+                      cost_prior=args.cost_prior,
                       rpc=rpc_config_from(args.rpc_tracker, args.rpc_key))
 
 

@@ -26,6 +26,7 @@ from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
+from harl.search.cost_prior import load_cost_prior
 from harl.target import is_gpu, local_cpu_count, parse_target
 from harl.tvm_env import load_tensor_intrinsics, quiet_tvm_loggers
 
@@ -82,6 +83,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
     if config.rpc is not None:
         say(f"harl: measuring on RPC key {config.rpc.key!r} at "
             f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
+    cost_prior = None
+    if config.cost_prior and config.strategy == "harl":
+        cost_prior = load_cost_prior(target)
+        if cost_prior is not None:
+            say("harl: a cost model trained on other workloads ranks each task's first samples "
+                "(--no-prior: random samples)")
     resume = resume_state(work_dir, tasks)
     remaining = config.trials - resume.prior.trials
     if resume.prior.trials:
@@ -94,7 +101,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
     plan = None
     if remaining > 0:
         plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
-                         overlap=config.rpc is not None)  # the farm's futures are pending
+                         overlap=config.rpc is not None,  # the farm's futures are pending
+                         cost_prior=cost_prior)
         settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
                                 num_cores=num_cores)
         progress = Progress(config.trials, enabled=False if config.quiet else None,
@@ -113,12 +121,13 @@ def run(config: TuneConfig, out=None) -> RunReport:
         work_dir=str(work_dir),
         agent_seconds={k: round(v, 3) for k, v in (
             plan.metrics.totals if plan is not None and plan.metrics else {}).items()},
+        cost_prior=cost_prior is not None,
     )
     if config.evaluate:
         compile_database = database
         if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
             compile_database = schedule_untuned(report, tasks, target, database, plan,
-                                                resume.prior, config, say)
+                                                resume.prior, cost_prior, config, say)
         say("harl: compiling and verifying against onnxruntime ...")
         evaluate_into(report, model, relax_mod, target, compile_database, config)
 
@@ -135,10 +144,11 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
 
 def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: PriorRun,
-                     config: TuneConfig, say):
+                     cost_prior, config: TuneConfig, say):
     """The database to compile with: `database`, plus the cost model's unmeasured picks for the
     tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
-    `prior`: the records the work dir held before this run, all of them when `plan` is None."""
+    `prior`: the records the work dir held before this run, all of them when `plan` is None;
+    `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured)."""
     from tvm.s_tir import meta_schedule as ms
 
     from harl.search.program_scorer import ProgramScorer
@@ -150,11 +160,12 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(prior, tasks, target)
+        scorer = scorer_from_records(prior, tasks, target, cost_prior)
     else:
         xgb = getattr(plan.cost_model, "_inst", None)
-        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None)
-    if not scorer.informative:  # a random pick is often slower than TVM's naive nest
+        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
+    untuned = [index for index in untuned if scorer.ranks(tasks[index].mod)]
+    if not untuned:  # a random pick is often slower than TVM's naive nest
         return database
     say(f"harl: {len(untuned)} task(s) were never measured; the cost model picks one of "
         f"{SAMPLES_PER_TASK} samples for each (not measured, not in the tuning log) ...")

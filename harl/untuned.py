@@ -74,15 +74,17 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
     return PredictedSchedules(memory, picked)
 
 
-def scorer_from_records(prior: PriorRun, tasks, target, warmup_samples: int = 8):
+def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
+                        warmup_samples: int = 8):
     """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
     `tasks`), as a resumed run's model does: the cost model of a run that measured nothing this
     time (its budget was spent), or of a work dir compiled afterwards
-    (tools/compare_work_dirs.py --with-picks)."""
+    (tools/compare_work_dirs.py --with-picks). `cost_prior` (a CostPrior) scores the tasks with
+    too few records, as in the run."""
     from tvm.s_tir import meta_schedule as ms
 
     from harl.search.program_scorer import ProgramScorer
 
     xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
     warm_start_cost_model(xgb, [_context(task, target) for task in tasks], prior)
-    return ProgramScorer(xgb._inst)
+    return ProgramScorer(xgb._inst, cost_prior, own_samples=warmup_samples)

@@ -36,6 +36,7 @@ def test_report_history_and_database_agree(mlp_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((work_dir / "report.json").read_text())
     assert report["verified"] is True and report["strategy"] == "harl"  # the default
+    assert report["cost_prior"] is True  # shipped for CPU targets (it ranks tasks of >= 1 MFLOP)
     assert report["max_abs_err"] <= 1e-3
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
@@ -80,6 +81,7 @@ def test_metaschedule_baseline_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["strategy"] == "metaschedule" and report["verified"] is True
+    assert report["cost_prior"] is False  # the baseline stays TVM's own
     assert report["trials_done"] >= 6 and all(t["trials"] > 0 for t in report["tasks"])
     assert not (tmp_path / "metrics.jsonl").exists()  # no agents, no agent metrics
     assert not (tmp_path / "agents").exists()

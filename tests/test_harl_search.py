@@ -153,6 +153,12 @@ class RankingScorer:
     def __init__(self, direction: int) -> None:
         self.direction = direction
 
+    def ranks(self, mod):
+        return True
+
+    def uses_prior(self, mod):
+        return False  # the run's own model
+
     def __call__(self, context, candidates):
         return Evaluation(np.array([self.direction / fake_latency(c.sch) for c in candidates]))
 

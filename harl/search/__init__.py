@@ -28,8 +28,11 @@ class SearchPlan:
     """per task, a latency measured before the trials (the unscheduled nest; inf: none)"""
 
 
-def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False) -> SearchPlan:
+def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False,
+              cost_prior: object | None = None) -> SearchPlan:
     """The search plan registered under `name`.
+
+    `cost_prior`: a harl.search.cost_prior.CostPrior for harl's search (the baseline takes none).
 
     `overlap`: the runner's futures come back pending (an RPC farm), so a strategy may choose and
     build the next batch while one is measured (harl does; MetaSchedule's baseline does not).
@@ -41,5 +44,6 @@ def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False) -> Se
     if name == "harl":
         from harl.search.harl import harl_plan
 
-        return harl_plan(seed=seed, num_cores=num_cores, overlap=overlap)
+        return harl_plan(seed=seed, num_cores=num_cores, overlap=overlap,
+                         cost_prior=cost_prior)
     raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

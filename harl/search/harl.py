@@ -12,6 +12,7 @@ from harl.agents.tile_policy import TilePolicy
 from harl.naive_nests import NaiveNestConfig
 from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search import SearchPlan
+from harl.search.cost_prior import CostPrior
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
 from harl.search.program_scorer import ProgramScorer
@@ -30,8 +31,10 @@ def _time_updates(xgb, metrics: MetricsLogger) -> None:
 
 
 def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
-              overlap: bool = False) -> SearchPlan:
+              overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
+
+    `cost_prior` scores the candidates of a task until the run's model has learned it.
 
     One tile policy and one cost model serve every task, so what one task teaches the others use.
     With `overlap` (a runner that returns pending futures), one task's batch stays in measurement
@@ -45,7 +48,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     metrics = MetricsLogger()
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
-    scorer = ProgramScorer(cost_model._inst)
+    scorer = ProgramScorer(cost_model._inst, cost_prior, own_samples=warmup_samples)
     _time_updates(cost_model._inst, metrics)
     policy = TilePolicy(search.tile.policy, seed)
     trust_board = TrustBoard(search.trust_window)

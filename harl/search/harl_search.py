@@ -213,12 +213,15 @@ class HarlSearchStrategy(PySearchStrategy):
     def _batch_trust(self) -> float:
         """The cost model's trust for this batch of the task.
 
-        Its own once enough of its predictions were measured; before, the model is judged on
-        the task's held-out measurements, and with too few of them it borrows the other tasks'
-        trust (see TrustBoard). 0 while the model has not learned.
+        Its own once enough of its predictions were measured. Before, while the cost prior scores
+        the task, the prior's trust on workloads held out of its training; then the run's model
+        is judged on the task's held-out measurements, and with too few of them it borrows the
+        other tasks' trust (see TrustBoard). 0 while no model can rank.
         """
-        if self.trust.judged or not self.scorer.informative:
+        if self.trust.judged or not self.scorer.ranks(self.mod):
             return self.trust.value
+        if self.scorer.uses_prior(self.mod):  # judged offline, on workloads held out of training
+            return self.scorer.prior.trust
         held_out = self.scorer.holdout_trust(self.mod)
         if held_out is not None:
             return held_out
@@ -237,7 +240,7 @@ class HarlSearchStrategy(PySearchStrategy):
         are measured (a new task's first ones too); before, trajectories are random mutations.
         """
         sketch = self.sketches[sketch_id]
-        learned = self.scorer.informative
+        learned = self.scorer.ranks(self.mod)
         n_fresh = fresh_count(count, bool(sketch.elites), trust,
                               sketch.tuner.fresh_share, self.config.max_fresh_share)
         cache: dict[State, object] = {}
@@ -322,7 +325,7 @@ class HarlSearchStrategy(PySearchStrategy):
         candidates = [self._candidate(sch) for _, _, sch in picks]
         # What the model thinks of the batch, to judge it once measured (see ModelTrust).
         self.pending_scores = (list(self.scorer(self.context, candidates).scores)
-                               if self.scorer.informative else None)
+                               if self.scorer.ranks(self.mod) else None)
         return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:

@@ -1,4 +1,4 @@
-"""The run's XGBoost cost model as the search sees it: scores, pooled features, held-out trust."""
+"""The cost model as the search sees it: scores, pooled features, held-out trust."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from harl.agents.model_trust import rank_correlation
 from harl.agents.tile_tuner import Evaluation
 from harl.interrupt import check_interrupt
+from harl.search.cost_prior import CostPrior
 
 
 def pooled(features: np.ndarray) -> np.ndarray:
@@ -18,31 +19,56 @@ def pooled(features: np.ndarray) -> np.ndarray:
 
 
 class ProgramScorer:
-    """Scores schedules with the run's XGBoost model and returns their pooled features too.
+    """Scores schedules with an XGBoost model and returns their pooled features too.
 
-    `xgb` is TVM's XGBModel (Python side); until it has trained, scores are random and
-    `informative` is False, so the policy does not learn from them.
+    `xgb` is the run's XGBModel (TVM's, Python side), shared by the tasks. A task the run's model
+    has seen fewer than `own_samples` measurements of is scored by `prior` instead (a model
+    trained offline on other workloads, see harl.search.cost_prior), when there is one and it
+    applies to the task. With neither, scores are random and `ranks` is False, so the policy does
+    not learn from them.
     """
 
-    def __init__(self, xgb=None) -> None:
+    def __init__(self, xgb=None, prior: CostPrior | None = None, own_samples: int = 8) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
         self.xgb = xgb
+        self.prior = prior
+        self.own_samples = own_samples
         self.extractor = xgb.extractor if xgb is not None else PerStoreFeature()
         self.rng = np.random.default_rng(0)
 
     @property
     def informative(self) -> bool:
+        """Whether the run's own model has learned (from any task)."""
         return (self.xgb is not None and self.xgb.booster is not None
                 and self.xgb.data_size >= self.xgb.num_warmup_samples)
 
+    def ranks(self, mod) -> bool:
+        """Whether the scores of `mod`'s candidates mean anything: the run's model has learned,
+        or the prior scores them."""
+        return self.informative or self.uses_prior(mod)
+
+    def samples_of(self, mod) -> int:
+        """Measurements of workload `mod` the run's model has trained on."""
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        group = self.xgb.data.get(shash2hex(mod)) if self.xgb is not None else None
+        return 0 if group is None else len(group.features)
+
+    def uses_prior(self, mod) -> bool:
+        """Whether `mod`'s candidates are scored by the prior: it applies to the task, and the
+        run's model has not learned the task yet."""
+        return (self.prior is not None and self.prior.applies_to(mod)
+                and (not self.informative or self.samples_of(mod) < self.own_samples))
+
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
         check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
-        if not self.informative:  # no features needed for a guess
+        if not self.ranks(context.mod):  # no features needed for a guess
             return Evaluation(self.rng.uniform(size=len(candidates)))
+        model = self.prior.xgb if self.uses_prior(context.mod) else self.xgb
         raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
                                                                                  candidates)]
-        return Evaluation(np.asarray(self.xgb._predict(xs=raw), dtype=float),
+        return Evaluation(np.asarray(model._predict(xs=raw), dtype=float),
                           np.stack([pooled(x) for x in raw]))
 
     def holdout_trust(self, mod, folds: int = 3, min_samples: int = 8) -> float | None:

@@ -1,0 +1,149 @@
+"""The cost-model prior: where it applies, which tasks it scores, what it does to a first batch,
+and the tool that trains it (on a real tuning run)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+from conftest import ROOT, conv2d_module, matmul_module
+from test_harl_search import RankingScorer, fake_latency, make_strategy
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+from harl.cli import build_parser, config_from_args
+from harl.search.cost_prior import (
+    DATA_DIR,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    CostPrior,
+    load_cost_prior,
+)
+from harl.search.program_scorer import ProgramScorer
+from harl.search.trace_sites import schedule_of, with_state
+from harl.target import parse_target
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+from benchlib.prior import train_and_write  # noqa: E402
+from benchlib.synthetic import BENCHMARKED, draw_branches, synthetic_models  # noqa: E402
+
+
+def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
+    prior = load_cost_prior(parse_target("llvm"))
+    assert prior is not None and 0.0 < prior.trust <= 1.0
+    assert load_cost_prior(parse_target("cuda")) is None
+    shutil.copy(DATA_DIR / MODEL_FILE, tmp_path / MODEL_FILE)
+    manifest = json.loads((DATA_DIR / MANIFEST_FILE).read_text())
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps({**manifest, "tvm_version": "0.1"}))
+    assert load_cost_prior(parse_target("llvm"), tmp_path) is None  # another TVM's features
+    assert load_cost_prior(parse_target("llvm"), tmp_path / "missing") is None
+
+
+class ConstantModel:
+    """Stands in for an XGBoost model: the same score for every candidate."""
+
+    def __init__(self, score: float) -> None:
+        self.score = score
+
+    def _predict(self, xs):
+        return np.full(len(xs), self.score)
+
+
+def samples(mod, target, count):
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             num_threads=1).clone()
+    space = context.generate_design_space()[0]
+    postprocs = list(context.space_generator.postprocs)
+    drawn = [schedule_of(mod, with_state(space.trace.simplified(remove_postproc=True), None),
+                         postprocs, seed) for seed in range(1, 4 * count + 1)]
+    legal = [sch for sch in drawn if sch is not None][:count]
+    return context, [MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, True))
+                     for sch in legal]
+
+
+def test_a_task_is_scored_by_the_prior_until_the_run_model_has_measured_it():
+    target = parse_target("llvm")
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
+    scorer = ProgramScorer(xgb._inst, CostPrior(ConstantModel(7.0), 0.5, min_flop=1e6),
+                           own_samples=6)
+    matmul, conv = matmul_module(128), conv2d_module(size=32, channels=16)  # 4.2, 4.7 MFLOP
+    assert not scorer.ranks(conv2d_module()) and not scorer.uses_prior(matmul_module(32))
+    context, candidates = samples(matmul, target, 6)
+    assert scorer.ranks(matmul) and not scorer.informative and scorer.uses_prior(matmul)
+    assert np.all(scorer(context, candidates).scores == 7.0)
+    xgb.update(context, candidates[:4], [RunnerResult([1e-3 * (i + 1)], None) for i in range(4)])
+    assert scorer.informative and scorer.uses_prior(matmul)  # 4 of its own: not yet
+    xgb.update(context, candidates[4:], [RunnerResult([1e-3], None)] * 2)
+    assert not scorer.uses_prior(matmul) and scorer.uses_prior(conv)  # one task at a time
+    scores = scorer(context, candidates).scores
+    assert not np.all(scores == 7.0)  # the run's own model now
+    assert not ProgramScorer(xgb._inst).uses_prior(conv)  # no prior: the run's model
+    assert scorer.ranks(matmul_module(32))  # too small for the prior; the run's model has learned
+
+
+class PriorRankingScorer(RankingScorer):
+    """A scorer whose prior ranks like `fake_latency` and has not been judged on the task (a
+    64x64 matmul: too small for the shipped prior, so this one stands in for it)."""
+
+    def __init__(self, trust: float) -> None:
+        super().__init__(1)
+        self.prior = CostPrior(None, trust)
+
+    def uses_prior(self, mod):
+        return True
+
+
+def test_the_prior_chooses_the_first_batch_from_the_top_of_the_pool():
+    def first_batch(scorer):
+        strategy, spaces = make_strategy(64, scorer=scorer)
+        strategy.pre_tuning(16, 8, spaces, None, None)
+        trust = strategy._batch_trust()
+        latencies = [fake_latency(c.sch) for c in strategy.generate_measure_candidates()]
+        return trust, float(np.mean(latencies))
+
+    trust, screened = first_batch(PriorRankingScorer(0.6))
+    assert trust == 0.6  # the prior's offline trust, before the task has measured anything
+    _, unscreened = first_batch(PriorRankingScorer(0.1))  # too little trust to choose
+    assert screened < unscreened
+
+
+def test_no_prior_flag_reaches_the_config(tmp_path):
+    model = tmp_path / "m.onnx"
+    assert config_from_args(build_parser().parse_args([str(model)])).cost_prior is True
+    assert config_from_args(build_parser().parse_args([str(model), "--no-prior"])).cost_prior \
+        is False
+
+
+def test_synthetic_workloads_avoid_the_benchmarked_kernels(tmp_path):
+    branches = draw_branches(np.random.default_rng(3), 200)
+    assert not {b.key for b in branches} & BENCHMARKED
+    assert {b.key[0] for b in branches} == {"conv", "matmul", "bmm"}
+    assert any(b.key[0] == "conv" and b.key[-1] > 1 for b in branches)  # depthwise too
+    first = synthetic_models(tmp_path / "a", 2, seed=5)
+    again = synthetic_models(tmp_path / "b", 2, seed=5)
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in again]
+
+
+def test_the_training_tool_writes_a_prior_harl_loads(tmp_path):
+    """One synthetic model tuned for real, then trained on: the files load and rank."""
+    model = synthetic_models(tmp_path / "models", 1, seed=11)[0]
+    work_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "harl.tune", str(model), "--trials", "12",
+                           "--trials-per-batch", "6", "--no-evaluate", "--no-prior", "--quiet",
+                           "--work-dir", str(work_dir)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = train_and_write([work_dir], (), folder=tmp_path / "prior")
+    assert manifest["records"] >= 12 and manifest["tvm_version"]
+    prior = load_cost_prior(parse_target("llvm"), tmp_path / "prior")
+    assert prior is not None
+    context, candidates = samples(matmul_module(128), parse_target("llvm"), 4)
+    scorer = ProgramScorer(None, prior)
+    assert scorer.uses_prior(context.mod) and prior.min_flop > 0
+    assert np.all(np.isfinite(scorer(context, candidates).scores))
