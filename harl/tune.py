@@ -26,7 +26,7 @@ from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
-from harl.search.cost_prior import load_cost_prior
+from harl.search.cost_prior import CostPrior, load_cost_prior
 from harl.target import is_gpu, local_cpu_count, parse_target
 from harl.tvm_env import load_tensor_intrinsics, quiet_tvm_loggers
 
@@ -85,10 +85,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
             f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
     cost_prior = None
     if config.cost_prior and config.strategy == "harl":
-        cost_prior = load_cost_prior(target)
+        cost_prior = load_cost_prior(target, say=say)
+        if cost_prior is not None and not any(cost_prior.applies_to(t.mod) for t in tasks):
+            cost_prior = None  # every task is too small for it
         if cost_prior is not None:
-            say("harl: a cost model trained on other workloads ranks each task's first samples "
-                "(--no-prior: random samples)")
+            say("harl: a cost model trained on other workloads ranks the first samples of tasks "
+                f"of {cost_prior.min_flop / 1e6:g} MFLOP or more (--no-prior: random samples)")
     resume = resume_state(work_dir, tasks)
     remaining = config.trials - resume.prior.trials
     if resume.prior.trials:
@@ -144,7 +146,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
 
 def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: PriorRun,
-                     cost_prior, config: TuneConfig, say):
+                     cost_prior: CostPrior | None, config: TuneConfig, say):
     """The database to compile with: `database`, plus the cost model's unmeasured picks for the
     tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
     `prior`: the records the work dir held before this run, all of them when `plan` is None;

@@ -2,11 +2,11 @@
 
 A task without a measured record compiles to TVM's naive loop nest (one thread, no vectors);
 with a budget short of the task count (DenseNet-121 has 191 tasks) those tasks dominate the
-model's latency. Each gets instead the best of a few random samples of its design space as the
-run's cost model ranks them, once the model has learned: a random sample alone is often slower
-than the naive nest (ResNet-50 at 40 trials: 1111 ms against 831; the model's picks 642). They
-live in an in-memory database used for this compile only, never in the tuning log, so plain TVM
-builds from the log do not see them.
+model's latency. Each gets instead the best of a few random samples of its design space as a
+cost model ranks them (the run's once it has learned, or the cost-model prior where it applies):
+a random sample alone is often slower than the naive nest (ResNet-50 at 40 trials: 1111 ms
+against 831; the model's picks 642). They live in an in-memory database used for this compile
+only, never in the tuning log, so plain TVM builds from the log do not see them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _context(task, target):
 def predicted_schedules(tasks, wanted: list[int], target, scorer,
                         samples: int = SAMPLES_PER_TASK, seed: int = 0) -> PredictedSchedules:
     """For each task of `tasks` indexed in `wanted`, the sample of its design space that
-    `scorer` (a ProgramScorer that has learned) rates best among `samples` random ones."""
+    `scorer` (a ProgramScorer that ranks those tasks) rates best among `samples` random ones."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate

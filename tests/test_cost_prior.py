@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import ROOT, conv2d_module, matmul_module
+import pytest
+from conftest import EXAMPLES, ROOT, conv2d_module, matmul_module
 from test_harl_search import RankingScorer, fake_latency, make_strategy
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -31,7 +32,7 @@ from harl.target import parse_target
 sys.path.insert(0, str(ROOT / "tools"))
 
 from benchlib.prior import train_and_write  # noqa: E402
-from benchlib.synthetic import BENCHMARKED, draw_branches, synthetic_models  # noqa: E402
+from benchlib.synthetic import draw_branches, operator_keys, synthetic_models  # noqa: E402
 
 
 def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
@@ -78,8 +79,13 @@ def test_a_task_is_scored_by_the_prior_until_the_run_model_has_measured_it():
     assert scorer.ranks(matmul) and not scorer.informative and scorer.uses_prior(matmul)
     assert np.all(scorer(context, candidates).scores == 7.0)
     xgb.update(context, candidates[:4], [RunnerResult([1e-3 * (i + 1)], None) for i in range(4)])
+    scorer.note_update()
     assert scorer.informative and scorer.uses_prior(matmul)  # 4 of its own: not yet
-    xgb.update(context, candidates[4:], [RunnerResult([1e-3], None)] * 2)
+    xgb.update(context, candidates[4:], [RunnerResult(None, "failed")] * 2)
+    scorer.note_update()
+    assert scorer.uses_prior(matmul)  # failed measurements teach it little about the task
+    xgb.update(context, candidates[:2], [RunnerResult([1e-3], None)] * 2)
+    scorer.note_update()
     assert not scorer.uses_prior(matmul) and scorer.uses_prior(conv)  # one task at a time
     scores = scorer(context, candidates).scores
     assert not np.all(scores == 7.0)  # the run's own model now
@@ -120,14 +126,18 @@ def test_no_prior_flag_reaches_the_config(tmp_path):
         is False
 
 
-def test_synthetic_workloads_avoid_the_benchmarked_kernels(tmp_path):
+def test_synthetic_models_are_reproducible_and_keyed_like_any_onnx_model(tmp_path):
     branches = draw_branches(np.random.default_rng(3), 200)
-    assert not {b.key for b in branches} & BENCHMARKED
     assert {b.key[0] for b in branches} == {"conv", "matmul", "bmm"}
     assert any(b.key[0] == "conv" and b.key[-1] > 1 for b in branches)  # depthwise too
     first = synthetic_models(tmp_path / "a", 2, seed=5)
     again = synthetic_models(tmp_path / "b", 2, seed=5)
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in again]
+    rng = np.random.default_rng(5)
+    drawn = [b.key for _ in range(2) for b in draw_branches(rng, 3)]
+    assert set().union(*map(operator_keys, first)) == set(drawn)
+    assert operator_keys(EXAMPLES / "cnn.onnx") == {
+        ("conv", 3, 16, 32, 3, 1, 1), ("conv", 16, 32, 32, 3, 2, 1), ("matmul", 1, 32, 10)}
 
 
 def test_the_training_tool_writes_a_prior_harl_loads(tmp_path):
@@ -139,7 +149,10 @@ def test_the_training_tool_writes_a_prior_harl_loads(tmp_path):
                            "--work-dir", str(work_dir)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    manifest = train_and_write([work_dir], (), folder=tmp_path / "prior")
+    with pytest.raises(SystemExit, match="no records"):  # its own shapes are "benchmarked"
+        train_and_write([work_dir], [str(model)], folder=tmp_path / "refused")
+    manifest = train_and_write([work_dir], [str(EXAMPLES / "cnn.onnx")],
+                               folder=tmp_path / "prior")
     assert manifest["records"] >= 12 and manifest["tvm_version"]
     prior = load_cost_prior(parse_target("llvm"), tmp_path / "prior")
     assert prior is not None

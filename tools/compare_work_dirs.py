@@ -13,6 +13,7 @@ tasks without a measured record get the pick of a cost model trained on the dir'
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import open_database
 from harl.resume import PriorRun
+from harl.search.cost_prior import load_cost_prior
 from harl.target import local_cpu_count
 from harl.tvm_env import load_tensor_intrinsics
 from harl.untuned import predicted_schedules, scorer_from_records, unmeasured_tasks
@@ -60,8 +62,12 @@ def main() -> None:
         if args.with_picks:
             tasks = extract_tasks(relax_mod, target)
             prior = PriorRun.read(database, [task.mod for task in tasks])
-            picks = predicted_schedules(tasks, unmeasured_tasks(prior), target,
-                                        scorer_from_records(prior, tasks, target))
+            report = work_dir / "report.json"  # as the run did: with the prior if it used one
+            used_prior = report.is_file() and json.loads(report.read_text()).get("cost_prior")
+            scorer = scorer_from_records(prior, tasks, target,
+                                         load_cost_prior(target) if used_prior else None)
+            wanted = [i for i in unmeasured_tasks(prior) if scorer.ranks(tasks[i].mod)]
+            picks = predicted_schedules(tasks, wanted, target, scorer)
             print(f"{work_dir}: {len(picks.task_indices)} of {len(tasks)} tasks picked")
             builds[f"{work_dir} + picks"] = ms.database.UnionDatabase(database, picks.database)
         for key, db in builds.items():

@@ -11,8 +11,9 @@
    harl/data/ with a manifest: TVM version, the workloads, how many records, and the held-out rank
    correlation per workload when it is left out of training.
 
-Workloads of the models harl is benchmarked on (tasks/examples, the bench's kernels, SqueezeNet)
-are refused as training data: the prior must not have seen what it is judged on.
+A synthetic model sharing a conv or matmul shape with a model harl is benchmarked on (the
+examples, the bench's kernels, the ONNX package's light models) is refused as training data: the
+prior must not have seen what it is judged on.
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run from elsewhere
 
 from benchlib.machine import ROOT  # noqa: E402
+from benchlib.models import light_model_names  # noqa: E402
 from benchlib.runs import RunSpec, run_tuning  # noqa: E402
 from benchlib.synthetic import synthetic_models  # noqa: E402
 
-BENCHMARKED_MODELS = ("tasks/examples/mlp.onnx", "tasks/examples/cnn.onnx",
-                      "tasks/examples/transformer_block.onnx", "kernel:conv56",
-                      "kernel:matmul512", "light:squeezenet")
+
+def benchmarked_models() -> list[str]:
+    """Every model harl is measured on: the examples, the bench's kernels, the ONNX package's
+    light models (SqueezeNet and the unseen-model sweep)."""
+    examples = sorted(str(p) for p in (ROOT / "tasks" / "examples").glob("*.onnx"))
+    return [*examples, "kernel:conv56", "kernel:matmul512",
+            *(f"light:{name}" for name in light_model_names())]
 
 
 def tune_models(models: list[Path], out: Path, trials: int) -> list[Path]:
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from benchlib.prior import train_and_write
 
-    train_and_write(work_dirs, BENCHMARKED_MODELS,
+    train_and_write(work_dirs, benchmarked_models(),
                     command=" ".join(["python", "tools/train_cost_prior.py", *sys.argv[1:]]))
     return 0
 

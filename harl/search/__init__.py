@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harl.errors import HarlError
+
+if TYPE_CHECKING:
+    from harl.search.cost_prior import CostPrior
 
 STRATEGIES = ("harl", "metaschedule")
 
@@ -29,7 +33,7 @@ class SearchPlan:
 
 
 def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False,
-              cost_prior: object | None = None) -> SearchPlan:
+              cost_prior: CostPrior | None = None) -> SearchPlan:
     """The search plan registered under `name`.
 
     `cost_prior`: a harl.search.cost_prior.CostPrior for harl's search (the baseline takes none).

@@ -4,14 +4,16 @@ A run's own cost model knows nothing about a task until the task has been measur
 batch is random samples, and at a few trials per task those samples decide the result (a conv2d's
 random samples span 2 to 80 ms). The prior ranks that first batch instead. It was trained by
 `tools/train_cost_prior.py` on synthetic workloads (convs, depthwise convs, dense and batched
-matmuls of shapes no benchmark uses, 1-600 MFLOP), measured on a 2-core AVX2 CPU; it is used for
-CPU targets only, only where it was trained on the same TVM (its features are TVM's
-`PerStoreFeature`), and only for tasks of at least the FLOPs it was trained on.
+matmuls of shapes no benchmarked model has, 1-600 MFLOP), measured on a 2-core AMD EPYC (x86-64;
+TVM's target says znver4). It is used for CPU targets of the same instruction set only, only on
+the TVM it was trained on (its features are TVM's `PerStoreFeature`), and only for tasks of at
+least the FLOPs it was trained on.
 """
 
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,30 +49,51 @@ class CostPrior:
         return self._flop[key] >= self.min_flop
 
 
+def target_arch(target) -> str:
+    """The instruction set a CPU target compiles for: its triple's, or this host's."""
+    triple = str(target.attrs.get("mtriple", "") or "")
+    return triple.split("-")[0] if triple else platform.machine()
+
+
 def prior_mismatch(manifest: dict, target) -> str | None:
     """Why the prior does not apply to `target` on this TVM; None when it does."""
     import tvm
 
     if target.kind.name != manifest.get("target_kind"):
         return f"it was trained for {manifest.get('target_kind')} targets"
+    if target_arch(target) != manifest.get("arch"):
+        return f"it was trained on {manifest.get('arch')}"
     if manifest.get("tvm_version") != tvm.__version__:
         return f"it was trained on TVM {manifest.get('tvm_version')}"
     return None
 
 
-def load_cost_prior(target, folder: Path = DATA_DIR) -> CostPrior | None:
-    """The shipped prior when it applies to `target`; None otherwise (or when it is missing)."""
+def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | None:
+    """The shipped prior when it applies to `target`; None otherwise, or when it is missing or
+    unreadable (then `say` gets a warning: the run goes on without it)."""
     manifest_path, model_path = folder / MANIFEST_FILE, folder / MODEL_FILE
     if not (manifest_path.is_file() and model_path.is_file()):
         return None
-    manifest = json.loads(manifest_path.read_text())
-    if prior_mismatch(manifest, target) is not None:
-        return None
-    import xgboost as xgb
-    from tvm.s_tir import meta_schedule as ms
+    try:
+        manifest = json.loads(manifest_path.read_text())
+        if prior_mismatch(manifest, target) is not None:
+            return None
+        import xgboost as xgb
+        from tvm.s_tir import meta_schedule as ms
 
-    model = ms.cost_model.XGBModel(num_warmup_samples=0)._inst
-    booster = xgb.Booster()
-    booster.load_model(str(model_path))
-    model.booster = booster
-    return CostPrior(model, float(manifest["held_out_rho"]), float(manifest["min_flop"]))
+        model = ms.cost_model.XGBModel(num_warmup_samples=0)._inst
+        booster = xgb.Booster()
+        booster.load_model(str(model_path))
+        model.booster = booster
+        return CostPrior(model, float(manifest["held_out_rho"]), float(manifest["min_flop"]))
+    except (OSError, ValueError, KeyError, TypeError, xgb_error()) as err:
+        if say is not None:
+            say(f"harl: warning: cost-model prior in {folder} unreadable ({err}); "
+                "going on without it")
+        return None
+
+
+def xgb_error() -> type[Exception]:
+    from xgboost.core import XGBoostError
+
+    return XGBoostError

@@ -18,14 +18,16 @@ from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
 from harl.search.program_scorer import ProgramScorer
 
 
-def _time_updates(xgb, metrics: MetricsLogger) -> None:
-    """Count the cost model's training time (TVM looks `update` up on the instance each call)."""
+def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
+    """Count the cost model's training time and tell the scorer what it trained on (TVM looks
+    `update` up on the instance each call)."""
     train = xgb.update
 
     def timed_update(*args, **kwargs):
         start = time.perf_counter()
         train(*args, **kwargs)
         metrics.add("cost_model/update_seconds", time.perf_counter() - start)
+        scorer.note_update()
 
     xgb.update = timed_update
 
@@ -49,7 +51,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
     scorer = ProgramScorer(cost_model._inst, cost_prior, own_samples=warmup_samples)
-    _time_updates(cost_model._inst, metrics)
+    _time_updates(cost_model._inst, metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed)
     trust_board = TrustBoard(search.trust_window)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,

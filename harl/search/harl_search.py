@@ -44,10 +44,11 @@ class HarlSearchConfig:
     fresh_samples: int = 4
     """fresh samples per sketch and batch that start trajectories (the pool's best predicted)"""
     fresh_pool: int = 64
-    """random samples drawn per sketch and batch once the cost model has learned: it scores
-    them all, trajectories start from the best, and with enough trust the batch's fresh share
-    is measured from the top of the pool (a model that ranks only moderately well still
-    enriches the top of a broad pool far more than a local search can)"""
+    """random samples drawn per sketch and batch once a cost model ranks the task (the run's
+    once it has learned, or the prior): it scores them all, trajectories start from the best,
+    and with enough trust the batch's fresh share is measured from the top of the pool (a model
+    that ranks only moderately well still enriches the top of a broad pool far more than a
+    local search can)"""
     screen_trust: float = 0.3
     """trust (see `trust_window`) from which the cost model chooses which fresh samples are
     measured"""
@@ -235,9 +236,10 @@ class HarlSearchStrategy(PySearchStrategy):
         Until the sketch has a measured elite, all are fresh samples. After, the share of fresh
         samples is 1 - the cost model's `trust`, within [the tuner's fresh share,
         `max_fresh_share`]; the rest are the best states of trajectories from the elites (and
-        from the best-predicted fresh samples). Once the model has learned it scores a pool of
-        fresh samples, steers the trajectories, and with enough trust chooses which fresh samples
-        are measured (a new task's first ones too); before, trajectories are random mutations.
+        from the best-predicted fresh samples). Once a model ranks the task (the run's once it
+        has learned, or the prior) it scores a pool of fresh samples, steers the trajectories,
+        and with enough trust chooses which fresh samples are measured (a new task's first ones
+        too); before, trajectories are random mutations.
         """
         sketch = self.sketches[sketch_id]
         learned = self.scorer.ranks(self.mod)
@@ -323,9 +325,11 @@ class HarlSearchStrategy(PySearchStrategy):
         for sketch_id, share in enumerate(shares):
             self.metrics.record(f"sketch/share_{sketch_id}", float(share))
         candidates = [self._candidate(sch) for _, _, sch in picks]
-        # What the model thinks of the batch, to judge it once measured (see ModelTrust).
+        # What the run's model thinks of the batch, to judge it once measured (see ModelTrust).
+        # The prior is not judged here: it was judged offline, and its scores have another scale.
+        judged = self.scorer.informative and not self.scorer.uses_prior(self.mod)
         self.pending_scores = (list(self.scorer(self.context, candidates).scores)
-                               if self.scorer.ranks(self.mod) else None)
+                               if judged else None)
         return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:

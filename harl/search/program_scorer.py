@@ -10,6 +10,9 @@ from harl.agents.tile_tuner import Evaluation
 from harl.interrupt import check_interrupt
 from harl.search.cost_prior import CostPrior
 
+FAILED_COST = 1e9
+"""TVM's XGBModel stores a failed candidate's cost as 1e10 s"""
+
 
 def pooled(features: np.ndarray) -> np.ndarray:
     """Per-store program features pooled to a fixed size (mean and max over stores)."""
@@ -22,10 +25,10 @@ class ProgramScorer:
     """Scores schedules with an XGBoost model and returns their pooled features too.
 
     `xgb` is the run's XGBModel (TVM's, Python side), shared by the tasks. A task the run's model
-    has seen fewer than `own_samples` measurements of is scored by `prior` instead (a model
-    trained offline on other workloads, see harl.search.cost_prior), when there is one and it
-    applies to the task. With neither, scores are random and `ranks` is False, so the policy does
-    not learn from them.
+    has trained on fewer than `own_samples` successful measurements of is scored by `prior`
+    instead (a model trained offline on other workloads, see harl.search.cost_prior), when there
+    is one and it applies to the task. With neither, scores are random and `ranks` is False, so
+    the policy does not learn from them. Call `note_update` after each update of `xgb`.
     """
 
     def __init__(self, xgb=None, prior: CostPrior | None = None, own_samples: int = 8) -> None:
@@ -36,6 +39,16 @@ class ProgramScorer:
         self.own_samples = own_samples
         self.extractor = xgb.extractor if xgb is not None else PerStoreFeature()
         self.rng = np.random.default_rng(0)
+        self.trained_on: dict[str, int] = {}  # workload hash -> successful measurements
+        self.note_update()
+
+    def note_update(self) -> None:
+        """After an update of the run's model: if it retrained (TVM's XGBModel retrains only once
+        its data grew by a fifth), remember what each workload contributed."""
+        xgb = self.xgb
+        if xgb is not None and xgb.booster is not None and xgb.last_train_size == xgb.data_size:
+            self.trained_on = {key: int((group.costs < FAILED_COST).sum())
+                               for key, group in xgb.data.items()}
 
     @property
     def informative(self) -> bool:
@@ -49,11 +62,10 @@ class ProgramScorer:
         return self.informative or self.uses_prior(mod)
 
     def samples_of(self, mod) -> int:
-        """Measurements of workload `mod` the run's model has trained on."""
+        """Successful measurements of workload `mod` the run's model has trained on."""
         from tvm.s_tir.meta_schedule.utils import shash2hex
 
-        group = self.xgb.data.get(shash2hex(mod)) if self.xgb is not None else None
-        return 0 if group is None else len(group.features)
+        return self.trained_on.get(shash2hex(mod), 0)
 
     def uses_prior(self, mod) -> bool:
         """Whether `mod`'s candidates are scored by the prior: it applies to the task, and the
@@ -63,9 +75,10 @@ class ProgramScorer:
 
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
         check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
-        if not self.ranks(context.mod):  # no features needed for a guess
+        by_prior = self.uses_prior(context.mod)
+        if not (by_prior or self.informative):  # no features needed for a guess
             return Evaluation(self.rng.uniform(size=len(candidates)))
-        model = self.prior.xgb if self.uses_prior(context.mod) else self.xgb
+        model = self.prior.xgb if by_prior else self.xgb
         raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
                                                                                  candidates)]
         return Evaluation(np.asarray(model._predict(xs=raw), dtype=float),

@@ -3,8 +3,8 @@
 The model is TVM's XGBModel trained as MetaSchedule trains it during a run: a row of
 `PerStoreFeature` per store of a candidate, labels per workload scaled to (best latency /
 candidate's latency), failed candidates at 0. Its quality is judged by leaving each work dir's
-workloads out of training in turn: the rank correlation of the held-out predictions with the
-measured throughputs, per workload.
+workloads out of training in turn (and their copies in other dirs): the rank correlation of the
+held-out predictions with the measured throughputs, per workload.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from benchlib.machine import cpu_model
 from benchlib.models import resolve_model
-from benchlib.synthetic import MIN_FLOP
+from benchlib.synthetic import MIN_FLOP, operator_keys
 from harl.agents.model_trust import rank_correlation
 from harl.naive_nests import is_naive_trace
 from harl.search.cost_prior import DATA_DIR, MANIFEST_FILE, MODEL_FILE
@@ -47,16 +47,9 @@ def _shash(mod) -> str:
     return shash2hex(mod)
 
 
-def benchmarked_hashes(models: tuple[str, ...], target) -> set[str]:
-    """Structural hashes of every task of the benchmarked models."""
-    from harl.frontend.onnx_model import import_to_relax, load_onnx
-    from harl.frontend.tasks import extract_tasks
-
-    hashes = set()
-    for spec in models:
-        for task in extract_tasks(import_to_relax(load_onnx(resolve_model(spec))), target):
-            hashes.add(_shash(task.mod))
-    return hashes
+def refused_keys(models: list[str]) -> set[tuple]:
+    """The conv and matmul shapes of every model in `models` (paths or bench specs)."""
+    return set().union(*(operator_keys(resolve_model(spec)) for spec in models))
 
 
 def read_workloads(work_dir: Path) -> list[Workload]:
@@ -102,10 +95,12 @@ def _train(workloads: list[Workload]):
 
 
 def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
-    """Per workload (by source work dir left out in turn): rank correlation of predictions."""
+    """Per workload (by source work dir left out in turn, with any copy of its workloads in other
+    dirs): rank correlation of predictions with measured throughputs."""
     rhos = {}
     for source in sorted({w.source for w in workloads}):
-        others = [w for w in workloads if w.source != source]
+        held = {w.name for w in workloads if w.source == source}
+        others = [w for w in workloads if w.name not in held]
         if not others:
             continue
         model = _train(others)
@@ -118,22 +113,27 @@ def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
     return rhos
 
 
-def train_and_write(work_dirs: list[Path], benchmarked_models: tuple[str, ...],
+def train_and_write(work_dirs: list[Path], benchmarked_models: list[str],
                     folder: Path = DATA_DIR, command: str = "") -> dict:
-    """Train on every work dir's records, judge by leaving each out, write model and manifest."""
+    """Train on every work dir's records, judge by leaving each out, write model and manifest.
+
+    A work dir whose model (its report.json's) shares a conv or matmul shape with one of
+    `benchmarked_models` is refused whole.
+    """
     import tvm
 
+    from harl.search.cost_prior import target_arch
     from harl.target import parse_target
 
     target = parse_target("llvm")
-    refused = benchmarked_hashes(benchmarked_models, target)
-    workloads, skipped = [], 0
+    refused = refused_keys(benchmarked_models)
+    workloads, skipped = [], []
     for work_dir in work_dirs:
-        for workload in read_workloads(work_dir):
-            if workload.name in refused:
-                skipped += 1
-            else:
-                workloads.append(workload)
+        model = Path(json.loads((work_dir / "report.json").read_text())["model"])
+        if operator_keys(model) & refused:
+            skipped.append(model.stem)
+            continue
+        workloads += read_workloads(work_dir)
     if not workloads:
         raise SystemExit("no records to train on")
     rhos = held_out_rhos(workloads)
@@ -144,6 +144,7 @@ def train_and_write(work_dirs: list[Path], benchmarked_models: tuple[str, ...],
     failed = sum(not math.isfinite(x) for w in workloads for x in w.latencies)
     manifest = {
         "target_kind": "llvm",
+        "arch": target_arch(target),
         "tvm_version": tvm.__version__,
         "features": "PerStoreFeature (TVM defaults), one row per store",
         "measured_on": f"{cpu_model()}, target {target}",
@@ -153,7 +154,8 @@ def train_and_write(work_dirs: list[Path], benchmarked_models: tuple[str, ...],
         "workloads": len(workloads),
         "records": records,
         "failed_records": failed,
-        "refused_benchmark_workloads": skipped,
+        "refused_models": skipped,
+        "refused_shapes_from": len(benchmarked_models),
         "held_out_rho": round(statistics.median(rhos.values()), 3) if rhos else 0.0,
         "held_out_rho_quartiles": [round(float(q), 3) for q in
                                    np.percentile(list(rhos.values()), [25, 50, 75])]

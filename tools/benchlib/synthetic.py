@@ -2,10 +2,10 @@
 
 Each model holds a few independent branches (one input, one operator with its bias and
 activation, one output each), so every branch becomes a tuning task of its own. Shapes are drawn
-from ranges typical of CNNs and transformers, but no draw may equal a benchmarked kernel (the
-3x3 64-channel conv on 56x56, the 512^3 matmul): the prior must not have seen the workloads it is
-judged on. The benchmark models' own tasks are checked against separately (`train_cost_prior.py`
-refuses to train on a workload one of them contains).
+from ranges typical of CNNs and transformers. The prior must not have seen the workloads it is
+judged on: `operator_keys` reads the convs and matmuls of any ONNX model in the same form as the
+draws, and `train_cost_prior.py` refuses a synthetic model that shares one with a model harl is
+benchmarked on.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ SEQUENCE = (16, 49, 64, 100, 128, 196)
 MIN_FLOP, MAX_FLOP = 1e6, 6e8
 """other draws are redrawn: smaller tasks mostly keep their nest (no trials), and a trial of a
 bigger kernel costs seconds on 2 cores"""
-BENCHMARKED = {("conv", 64, 64, 56, 3, 1, 1), ("matmul", 512, 512, 512)}
 
 
 @dataclass(frozen=True)
@@ -71,13 +70,13 @@ DRAWS = ((_conv, 0.45), (_depthwise, 0.15), (_dense, 0.25), (_batched, 0.15))
 
 
 def draw_branches(rng: np.random.Generator, count: int) -> list[Branch]:
-    """`count` operators, none benchmarked, each within [MIN_FLOP, MAX_FLOP]."""
+    """`count` distinct operators, each within [MIN_FLOP, MAX_FLOP]."""
     makers, weights = zip(*DRAWS, strict=True)
     branches: list[Branch] = []
     while len(branches) < count:
         key, flop = makers[rng.choice(len(makers), p=np.asarray(weights))](rng)
         repeated = any(b.key == key for b in branches)
-        if key in BENCHMARKED or repeated or not MIN_FLOP <= flop <= MAX_FLOP:
+        if repeated or not MIN_FLOP <= flop <= MAX_FLOP:
             continue
         branches.append(Branch(key, flop))
     return branches
@@ -144,3 +143,38 @@ def synthetic_models(folder: Path, count: int, branches: int = 3, seed: int = 0)
     rng = np.random.default_rng(seed)
     return [write_model(folder / f"synthetic{i:02d}.onnx", draw_branches(rng, branches),
                         seed * 1000 + i) for i in range(count)]
+
+
+def _shapes(graph) -> dict[str, list[int]]:
+    shapes = {init.name: list(init.dims) for init in graph.initializer}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        shapes.setdefault(value.name, [d.dim_value for d in dims])
+    return shapes
+
+
+def operator_keys(path: Path) -> set[tuple]:
+    """The convs and matmuls of an ONNX model as `draw_branches` keys them (padding, bias and
+    activation aside; leading dims of a matmul folded into its rows or batch)."""
+    import onnx
+    from onnx import helper
+
+    graph = onnx.shape_inference.infer_shapes(onnx.load(str(path))).graph
+    shapes = _shapes(graph)
+    keys = set()
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        a, b = (shapes.get(name, []) for name in (list(node.input) + ["", ""])[:2])
+        if node.op_type == "Conv" and len(a) == 4 and len(b) == 4:
+            stride = list(attrs.get("strides", [1]))[0]
+            keys.add(("conv", a[1], b[0], a[2], b[2], stride, attrs.get("group", 1)))
+        elif node.op_type in ("MatMul", "Gemm") and len(a) >= 2 and len(b) >= 2:
+            if attrs.get("transA"):
+                a = a[::-1]
+            if attrs.get("transB"):
+                b = b[::-1]
+            if len(b) == 2:
+                keys.add(("matmul", int(np.prod(a[:-1])), a[-1], b[-1]))
+            else:
+                keys.add(("bmm", int(np.prod(a[:-2])), a[-2], a[-1], b[-1]))
+    return keys
