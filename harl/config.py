@@ -39,8 +39,11 @@ class RpcConfig:
                                    "server included; past it the candidate counts as failed",
                                    default=60.0)
     answer_timeout_s: float = doc("seconds the tracker has to answer a query", default=5.0)
-    register_wait_s: float = doc("seconds to wait for a server to (re)register under the key "
-                                 "before giving up on the farm", default=3.0)
+    register_wait_s: float = doc("seconds to wait for a server to register under the key "
+                                 "before tuning starts", default=3.0)
+    lost_wait_s: float = doc("seconds the key may show no server during tuning before the run "
+                             "gives up on the farm: a server re-registers after its sessions, "
+                             "slowly on a loaded host", default=15.0)
 
 
 @dataclass(frozen=True)

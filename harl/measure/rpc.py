@@ -114,7 +114,7 @@ class FarmRunner(PyRunner):
         where = f"{self.rpc.tracker_host}:{self.rpc.tracker_port}"
         try:
             servers = wait_for_servers(self.rpc.tracker_host, self.rpc.tracker_port,
-                                       self.rpc.key, want=1, wait_s=self.rpc.register_wait_s,
+                                       self.rpc.key, want=1, wait_s=self.rpc.lost_wait_s,
                                        timeout_s=self.rpc.answer_timeout_s)
         except HarlError as err:
             self.lost = FarmLostError(f"{err} during tuning")
