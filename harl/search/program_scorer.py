@@ -8,10 +8,8 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from harl.agents.model_trust import rank_correlation
 from harl.agents.tile_tuner import Evaluation
 from harl.interrupt import check_interrupt
+from harl.resume import FAILED_RUN_SECS
 from harl.search.cost_prior import CostPrior
-
-FAILED_COST = 1e9
-"""TVM's XGBModel stores a failed candidate's cost as 1e10 s"""
 
 
 def pooled(features: np.ndarray) -> np.ndarray:
@@ -47,7 +45,7 @@ class ProgramScorer:
         its data grew by a fifth), remember what each workload contributed."""
         xgb = self.xgb
         if xgb is not None and xgb.booster is not None and xgb.last_train_size == xgb.data_size:
-            self.trained_on = {key: int((group.costs < FAILED_COST).sum())
+            self.trained_on = {key: int((group.costs < FAILED_RUN_SECS).sum())
                                for key, group in xgb.data.items()}
 
     @property
