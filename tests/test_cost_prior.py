@@ -44,6 +44,11 @@ def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
     (tmp_path / MANIFEST_FILE).write_text(json.dumps({**manifest, "tvm_version": "0.1"}))
     assert load_cost_prior(parse_target("llvm"), tmp_path) is None  # another TVM's features
     assert load_cost_prior(parse_target("llvm"), tmp_path / "missing") is None
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (tmp_path / MODEL_FILE).write_text("not a model")
+    said = []
+    assert load_cost_prior(parse_target("llvm"), tmp_path, say=said.append) is None
+    assert len(said) == 1 and "\n" not in said[0] and "unreadable" in said[0]
 
 
 class ConstantModel:

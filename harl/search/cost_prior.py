@@ -74,11 +74,12 @@ def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | No
     manifest_path, model_path = folder / MANIFEST_FILE, folder / MODEL_FILE
     if not (manifest_path.is_file() and model_path.is_file()):
         return None
+    import xgboost as xgb
+
     try:
         manifest = json.loads(manifest_path.read_text())
         if prior_mismatch(manifest, target) is not None:
             return None
-        import xgboost as xgb
         from tvm.s_tir import meta_schedule as ms
 
         model = ms.cost_model.XGBModel(num_warmup_samples=0)._inst
@@ -86,14 +87,10 @@ def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | No
         booster.load_model(str(model_path))
         model.booster = booster
         return CostPrior(model, float(manifest["held_out_rho"]), float(manifest["min_flop"]))
-    except (OSError, ValueError, KeyError, TypeError, xgb_error()) as err:
+    except (OSError, ValueError, KeyError, TypeError, xgb.core.XGBoostError) as err:
         if say is not None:
-            say(f"harl: warning: cost-model prior in {folder} unreadable ({err}); "
-                "going on without it")
+            from harl.report.history import one_line_error
+
+            say(f"harl: warning: cost-model prior in {folder} unreadable "
+                f"({one_line_error(err)}); going on without it")
         return None
-
-
-def xgb_error() -> type[Exception]:
-    from xgboost.core import XGBoostError
-
-    return XGBoostError
