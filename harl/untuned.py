@@ -79,12 +79,12 @@ def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
     """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
     `tasks`), as a resumed run's model does: the cost model of a run that measured nothing this
     time (its budget was spent), or of a work dir compiled afterwards
-    (tools/compare_work_dirs.py --with-picks). `cost_prior` (a CostPrior) scores the tasks with
-    too few records, as in the run."""
+    (tools/compare_work_dirs.py --with-picks). `cost_prior` (a CostPrior) takes part where it
+    applies, as in the run."""
     from tvm.s_tir import meta_schedule as ms
 
     from harl.search.program_scorer import ProgramScorer
 
     xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
     warm_start_cost_model(xgb, [_context(task, target) for task in tasks], prior)
-    return ProgramScorer(xgb._inst, cost_prior, own_samples=warmup_samples)
+    return ProgramScorer(xgb._inst, cost_prior)

@@ -73,29 +73,58 @@ def samples(mod, target, count):
                      for sch in legal]
 
 
-def test_a_task_is_scored_by_the_prior_until_the_run_model_has_measured_it():
+class InverseModel:
+    """Stands in for a prior that ranks exactly opposite to the run's model `xgb`."""
+
+    def __init__(self, xgb) -> None:
+        self.xgb = xgb
+
+    def _predict(self, xs):
+        return -np.asarray(self.xgb._predict(xs=xs))
+
+
+def test_the_prior_scores_a_task_alone_until_the_run_model_has_measured_it():
     target = parse_target("llvm")
     xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
     scorer = ProgramScorer(xgb._inst, CostPrior(ConstantModel(7.0), 0.5, min_flop=1e6),
-                           own_samples=6)
+                           equal_weight_samples=6)
     matmul, conv = matmul_module(128), conv2d_module(size=32, channels=16)  # 4.2, 4.7 MFLOP
     assert not scorer.ranks(conv2d_module()) and not scorer.uses_prior(matmul_module(32))
     context, candidates = samples(matmul, target, 6)
-    assert scorer.ranks(matmul) and not scorer.informative and scorer.uses_prior(matmul)
+    assert scorer.ranks(matmul) and not scorer.informative and scorer.own_weight(matmul) == 0
     assert np.all(scorer(context, candidates).scores == 7.0)
-    xgb.update(context, candidates[:4], [RunnerResult([1e-3 * (i + 1)], None) for i in range(4)])
-    scorer.note_update()
-    assert scorer.informative and scorer.uses_prior(matmul)  # 4 of its own: not yet
     xgb.update(context, candidates[4:], [RunnerResult(None, "failed")] * 2)
     scorer.note_update()
-    assert scorer.uses_prior(matmul)  # failed measurements teach it little about the task
-    xgb.update(context, candidates[:2], [RunnerResult([1e-3], None)] * 2)
+    assert scorer.own_weight(matmul) == 0  # failed measurements teach it little about the task
+    xgb.update(context, candidates[:4], [RunnerResult([1e-3 * (i + 1)], None) for i in range(4)])
     scorer.note_update()
-    assert not scorer.uses_prior(matmul) and scorer.uses_prior(conv)  # one task at a time
-    scores = scorer(context, candidates).scores
-    assert not np.all(scores == 7.0)  # the run's own model now
-    assert not ProgramScorer(xgb._inst).uses_prior(conv)  # no prior: the run's model
+    assert scorer.informative and scorer.own_weight(matmul) == pytest.approx(4 / 10)
+    assert scorer.own_weight(conv) == 0  # one task at a time: the prior alone on the conv
+    own = xgb._inst._predict(xs=[x.numpy() for x in xgb.extractor.extract_from(context,
+                                                                                candidates)])
+    # The prior scores every candidate alike: the blend ranks like the run's model.
+    assert np.array_equal(np.argsort(scorer(context, candidates).scores), np.argsort(own))
+    assert ProgramScorer(xgb._inst).own_weight(conv) == 1.0  # no prior: the run's model
     assert scorer.ranks(matmul_module(32))  # too small for the prior; the run's model has learned
+
+
+def test_the_run_model_outweighs_the_prior_as_it_learns_the_task():
+    target = parse_target("llvm")
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
+    context, candidates = samples(matmul_module(128), target, 8)
+    xgb.update(context, candidates, [RunnerResult([1e-3 * (1 + i % 3 + i / 8)], None)
+                                     for i in range(8)])
+    own = xgb._inst._predict(xs=[x.numpy() for x in xgb.extractor.extract_from(context,
+                                                                                candidates)])
+    assert own.std() > 0
+
+    def agreement(equal_weight_samples):
+        prior = CostPrior(InverseModel(xgb._inst), 0.5, min_flop=1e6)
+        scorer = ProgramScorer(xgb._inst, prior, equal_weight_samples=equal_weight_samples)
+        return np.corrcoef(scorer(context, candidates).scores, own)[0, 1]
+
+    assert agreement(24) < -0.9  # 8 measurements against 24: the prior leads
+    assert agreement(2) > 0.5  # 8 against 2: the run's model leads
 
 
 class PriorRankingScorer(RankingScorer):
@@ -108,6 +137,9 @@ class PriorRankingScorer(RankingScorer):
 
     def uses_prior(self, mod):
         return True
+
+    def own_weight(self, mod):
+        return 0.0  # the task measured nothing yet
 
 
 def test_the_prior_chooses_the_first_batch_from_the_top_of_the_pool():

@@ -159,6 +159,9 @@ class RankingScorer:
     def uses_prior(self, mod):
         return False  # the run's own model
 
+    def own_weight(self, mod):
+        return 1.0
+
     def __call__(self, context, candidates):
         return Evaluation(np.array([self.direction / fake_latency(c.sch) for c in candidates]))
 

@@ -36,7 +36,8 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
               overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
 
-    `cost_prior` scores the candidates of a task until the run's model has learned it.
+    `cost_prior` scores the candidates of a task with the run's model (alone until that has
+    trained on the task; see ProgramScorer).
 
     One tile policy and one cost model serve every task, so what one task teaches the others use.
     With `overlap` (a runner that returns pending futures), one task's batch stays in measurement
@@ -50,7 +51,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     metrics = MetricsLogger()
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
-    scorer = ProgramScorer(cost_model._inst, cost_prior, own_samples=warmup_samples)
+    scorer = ProgramScorer(cost_model._inst, cost_prior)
     _time_updates(cost_model._inst, metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed)
     trust_board = TrustBoard(search.trust_window)
