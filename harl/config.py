@@ -81,9 +81,10 @@ class TuneConfig:
                                        "(default: from budget and task count)", default=None)
     fresh: bool = doc("start over: move an earlier run in the work dir aside instead of "
                       "resuming it", default=False)
-    cost_prior: bool = doc("with --strategy harl on a CPU, rank each task's first samples with "
-                           "the cost model harl ships, trained on other workloads (harl/data/), "
-                           "until the run's own model has learned the task", default=True)
+    cost_prior: bool = doc("with --strategy harl on a CPU, rank each task's samples with the "
+                           "cost model harl ships, trained on other workloads (harl/data/): "
+                           "alone at first, then together with the run's own model",
+                           default=True)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RpcConfig | None = doc("measure on this TVM RPC farm (default: in a local process)",
                                 default=None)

@@ -93,17 +93,22 @@ def test_the_prior_scores_a_task_alone_until_the_run_model_has_measured_it():
     context, candidates = samples(matmul, target, 6)
     assert scorer.ranks(matmul) and not scorer.informative and scorer.own_weight(matmul) == 0
     assert np.all(scorer(context, candidates).scores == 7.0)
-    xgb.update(context, candidates[4:], [RunnerResult(None, "failed")] * 2)
+    xgb.update(context, candidates[:3], [RunnerResult([1e-3 * (i + 1)], None) for i in range(3)])
+    xgb.update(context, candidates[3:5], [RunnerResult(None, "failed")] * 2)
     scorer.note_update()
+    assert scorer.informative and scorer.samples_of(matmul) == 3
     assert scorer.own_weight(matmul) == 0  # failed measurements teach it little about the task
-    xgb.update(context, candidates[:4], [RunnerResult([1e-3 * (i + 1)], None) for i in range(4)])
+    xgb.update(context, candidates[5:], [RunnerResult([5e-4], None)])
     scorer.note_update()
-    assert scorer.informative and scorer.own_weight(matmul) == pytest.approx(4 / 10)
+    assert scorer.own_weight(matmul) == pytest.approx(4 / 10)  # 4 of min_task_samples 4
     assert scorer.own_weight(conv) == 0  # one task at a time: the prior alone on the conv
     own = xgb._inst._predict(xs=[x.numpy() for x in xgb.extractor.extract_from(context,
                                                                                 candidates)])
-    # The prior scores every candidate alike: the blend ranks like the run's model.
-    assert np.array_equal(np.argsort(scorer(context, candidates).scores), np.argsort(own))
+    # The prior scores every candidate alike, so it adds nothing: the blend ranks like the
+    # run's model, on the scale of the task's measured throughputs (best latency / latency).
+    scores = scorer(context, candidates).scores
+    assert np.array_equal(np.argsort(scores), np.argsort(own))
+    assert 0.0 < np.median(scores) < 1.0
     assert ProgramScorer(xgb._inst).own_weight(conv) == 1.0  # no prior: the run's model
     assert scorer.ranks(matmul_module(32))  # too small for the prior; the run's model has learned
 

@@ -36,8 +36,8 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
               overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
 
-    `cost_prior` scores the candidates of a task with the run's model (alone until that has
-    trained on the task; see ProgramScorer).
+    `cost_prior` scores a task's candidates alone until the run's model has trained on the
+    task, then blended with it (see ProgramScorer).
 
     One tile policy and one cost model serve every task, so what one task teaches the others use.
     With `overlap` (a runner that returns pending futures), one task's batch stays in measurement

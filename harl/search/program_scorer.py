@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
@@ -19,32 +21,53 @@ def pooled(features: np.ndarray) -> np.ndarray:
     return np.concatenate([features.mean(0), features.max(0)]).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class Standardiser:
+    """Mean and spread of some scores, to put others on their scale."""
+
+    mean: float
+    spread: float
+
+    @classmethod
+    def of(cls, values, flat_spread: float = np.inf) -> Standardiser:
+        """`flat_spread` stands in for a zero spread (inf: a model that scores every measured
+        candidate alike cannot tell candidates apart, so its standardised scores are 0)."""
+        values = np.asarray(values, dtype=float)
+        spread = float(values.std())
+        return cls(float(values.mean()), spread if spread > 0 else flat_spread)
+
+    def apply(self, values) -> np.ndarray:
+        return (np.asarray(values, dtype=float) - self.mean) / self.spread
+
+
 class ProgramScorer:
     """Scores schedules with an XGBoost model and returns their pooled features too.
 
     `xgb` is the run's XGBModel (TVM's, Python side), shared by the tasks. Where `prior` (a
     model trained offline on other workloads, see harl.search.cost_prior) applies to a task, it
-    scores the task's candidates alone until the run's model has trained on the task, then
-    together with the run's model: each model's scores standardised on the task's measured
-    candidates, weighted n / (n + `equal_weight_samples`) for the run's model after n successful
-    measurements of the task and the rest for the prior. Replayed on the benchmarks' runs, the
-    run's model ranked the next 16 candidates of a task worse than the prior up to 48
-    measurements (rho 0.17-0.27 against 0.35-0.49), and the blend ranked best after. Without a
-    model that ranks, scores are random and `ranks` is False, so the policy does not learn from
-    them. Call `note_update` after each update of `xgb`.
+    scores the task's candidates alone until the run's model has trained on `min_task_samples`
+    successful measurements of the task, then together with the run's model: each model's scores
+    standardised on those measurements, weighted n / (n + `equal_weight_samples`) for the run's
+    model after n of them and the rest for the prior, and put back on the scale of the task's
+    measured throughputs (best latency / latency), which the tile tuner's rewards assume.
+    Replayed on the benchmarks' runs, the run's model ranked the next 16 candidates of a task
+    worse than the prior up to 48 measurements (rho 0.17-0.27 against 0.35-0.49), and the blend
+    ranked best after. Without a model that ranks, scores are random and `ranks` is False, so
+    the policy does not learn from them. Call `note_update` after each update of `xgb`.
     """
 
     def __init__(self, xgb=None, prior: CostPrior | None = None,
-                 equal_weight_samples: int = 48) -> None:
+                 equal_weight_samples: int = 48, min_task_samples: int = 4) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
         self.xgb = xgb
         self.prior = prior
         self.equal_weight_samples = equal_weight_samples
+        self.min_task_samples = min_task_samples
         self.extractor = xgb.extractor if xgb is not None else PerStoreFeature()
         self.rng = np.random.default_rng(0)
         self.trained_on: dict[str, int] = {}  # workload hash -> successful measurements
-        self._reference: dict[str, tuple] = {}  # workload hash -> (version, standardisers)
+        self._reference: dict[str, tuple] = {}  # workload hash -> (data version, standardisers)
         self.note_update()
 
     def note_update(self) -> None:
@@ -78,13 +101,13 @@ class ProgramScorer:
 
     def own_weight(self, mod) -> float:
         """The run's model's weight in the scores of `mod`'s candidates: 0 until it has learned
-        (and, with the prior, trained on the task), 1 without the prior."""
+        (and, with the prior, trained on `min_task_samples` of the task), 1 without the prior."""
         if not self.informative:
             return 0.0
         if not self.uses_prior(mod):
             return 1.0
         n = self.samples_of(mod)
-        return n / (n + self.equal_weight_samples)
+        return n / (n + self.equal_weight_samples) if n >= self.min_task_samples else 0.0
 
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
         check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
@@ -97,27 +120,27 @@ class ProgramScorer:
         if not by_prior or weight == 0.0:
             model = self.xgb if weight else self.prior.xgb
             return Evaluation(np.asarray(model._predict(xs=raw), dtype=float), features)
-        (mean_own, std_own), (mean_prior, std_prior) = self._standardisers(context.mod)
-        own = (np.asarray(self.xgb._predict(xs=raw), dtype=float) - mean_own) / std_own
-        prior = (np.asarray(self.prior.xgb._predict(xs=raw), dtype=float) - mean_prior) / std_prior
-        return Evaluation(weight * own + (1.0 - weight) * prior, features)
+        own, prior, measured = self._standardisers(context.mod)
+        blend = (weight * own.apply(self.xgb._predict(xs=raw))
+                 + (1.0 - weight) * prior.apply(self.prior.xgb._predict(xs=raw)))
+        return Evaluation(measured.mean + measured.spread * blend, features)
 
-    def _standardisers(self, mod) -> tuple[tuple[float, float], tuple[float, float]]:
-        """Mean and spread of the run's model's and the prior's scores on the task's measured
-        candidates, which puts the two on one scale (a model scoring them all alike gets an
-        infinite spread: it cannot tell them apart, so it adds nothing)."""
+    def _standardisers(self, mod) -> tuple[Standardiser, Standardiser, Standardiser]:
+        """The run's model's and the prior's scores on the task's successful measurements, and
+        the measured throughputs themselves: the first two put the models on one scale, the
+        last puts their blend back on the scale of throughputs."""
         from tvm.s_tir.meta_schedule.utils import shash2hex
 
         key = shash2hex(mod)
         group = self.xgb.data[key]  # trained on the task, so it has measured data
         version = (len(group.features), self.xgb.last_train_size)
         if self._reference.get(key, (None,))[0] != version:
-            stats = []
-            for model in (self.xgb, self.prior.xgb):
-                scores = np.asarray(model._predict(xs=list(group.features)), dtype=float)
-                spread = scores.std()
-                stats.append((float(scores.mean()), float(spread) if spread > 0 else np.inf))
-            self._reference[key] = (version, tuple(stats))
+            ok = np.flatnonzero(group.costs < FAILED_RUN_SECS)
+            measured = [group.features[i] for i in ok]
+            self._reference[key] = (version, (
+                Standardiser.of(self.xgb._predict(xs=measured)),
+                Standardiser.of(self.prior.xgb._predict(xs=measured)),
+                Standardiser.of(group.min_cost / group.costs[ok], flat_spread=1.0)))
         return self._reference[key][1]
 
     def holdout_trust(self, mod, folds: int = 3, min_samples: int = 8) -> float | None:
