@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from benchlib.prior import train_and_write  # noqa: E402
 from benchlib.synthetic import draw_branches, operator_keys, synthetic_models  # noqa: E402
+from replay_scorers import main as replay_scorers  # noqa: E402
 
 
 def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
@@ -182,11 +183,12 @@ def test_synthetic_models_are_reproducible_and_keyed_like_any_onnx_model(tmp_pat
         ("conv", 3, 16, 32, 3, 1, 1), ("conv", 16, 32, 32, 3, 2, 1), ("matmul", 1, 32, 10)}
 
 
-def test_the_training_tool_writes_a_prior_harl_loads(tmp_path):
-    """One synthetic model tuned for real, then trained on: the files load and rank."""
+def test_the_training_tool_writes_a_prior_harl_loads(tmp_path, capsys):
+    """One synthetic model tuned for real, then trained on: the files load and rank; the replay
+    tool judges the scorers on the run."""
     model = synthetic_models(tmp_path / "models", 1, seed=11)[0]
     work_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "harl.tune", str(model), "--trials", "12",
+    proc = subprocess.run([sys.executable, "-m", "harl.tune", str(model), "--trials", "24",
                            "--trials-per-batch", "6", "--no-evaluate", "--no-prior", "--quiet",
                            "--work-dir", str(work_dir)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -202,3 +204,10 @@ def test_the_training_tool_writes_a_prior_harl_loads(tmp_path):
     scorer = ProgramScorer(None, prior)
     assert scorer.uses_prior(context.mod) and prior.min_flop > 0
     assert np.all(np.isfinite(scorer(context, candidates).scores))
+    capsys.readouterr()
+    assert replay_scorers([str(work_dir), "--after", "2", "--next", "6"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 2 |")]
+    assert len(rows) == 1
+    cells = rows[0].strip("| ").split(" | ")
+    assert int(cells[1]) >= 1  # workloads replayed
+    assert all(-1.0 <= float(x) <= 1.0 for x in cells[2:])

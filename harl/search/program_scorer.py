@@ -40,6 +40,21 @@ class Standardiser:
         return (np.asarray(values, dtype=float) - self.mean) / self.spread
 
 
+def own_weight_after(samples: int, equal_weight_samples: int, min_task_samples: int) -> float:
+    """The run's model's weight next to the prior after `samples` successful measurements of a
+    task: 0 below `min_task_samples`, one half at `equal_weight_samples`."""
+    if samples < min_task_samples:
+        return 0.0
+    return samples / (samples + equal_weight_samples)
+
+
+def blend(own_weight: float, own_scores, prior_scores, own: Standardiser,
+          prior: Standardiser) -> np.ndarray:
+    """The run's model's and the prior's scores, each standardised on the task's measured
+    candidates, weighted `own_weight` and the rest."""
+    return own_weight * own.apply(own_scores) + (1.0 - own_weight) * prior.apply(prior_scores)
+
+
 class ProgramScorer:
     """Scores schedules with an XGBoost model and returns their pooled features too.
 
@@ -106,8 +121,8 @@ class ProgramScorer:
             return 0.0
         if not self.uses_prior(mod):
             return 1.0
-        n = self.samples_of(mod)
-        return n / (n + self.equal_weight_samples) if n >= self.min_task_samples else 0.0
+        return own_weight_after(self.samples_of(mod), self.equal_weight_samples,
+                                self.min_task_samples)
 
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
         check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
@@ -121,9 +136,9 @@ class ProgramScorer:
             model = self.xgb if weight else self.prior.xgb
             return Evaluation(np.asarray(model._predict(xs=raw), dtype=float), features)
         own, prior, measured = self._standardisers(context.mod)
-        blend = (weight * own.apply(self.xgb._predict(xs=raw))
-                 + (1.0 - weight) * prior.apply(self.prior.xgb._predict(xs=raw)))
-        return Evaluation(measured.mean + measured.spread * blend, features)
+        scores = blend(weight, self.xgb._predict(xs=raw), self.prior.xgb._predict(xs=raw), own,
+                       prior)
+        return Evaluation(measured.mean + measured.spread * scores, features)
 
     def _standardisers(self, mod) -> tuple[Standardiser, Standardiser, Standardiser]:
         """The run's model's and the prior's scores on the task's successful measurements, and

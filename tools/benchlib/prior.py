@@ -22,6 +22,7 @@ from benchlib.machine import cpu_model
 from benchlib.models import resolve_model
 from benchlib.synthetic import MIN_FLOP, operator_keys
 from harl.agents.model_trust import rank_correlation
+from harl.frontend.tasks import task_flop
 from harl.naive_nests import is_naive_trace
 from harl.search.cost_prior import DATA_DIR, MANIFEST_FILE, MODEL_FILE
 
@@ -35,6 +36,7 @@ class Workload:
     source: str  # the work dir it was measured in (left out of training together)
     features: list[np.ndarray] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)  # inf: the candidate failed
+    flop: float = 0.0
 
     def labels(self) -> np.ndarray:
         costs = np.where(np.isfinite(self.latencies), self.latencies, 1e10)
@@ -74,7 +76,8 @@ def read_workloads(work_dir: Path) -> list[Workload]:
         if index not in contexts:
             contexts[index] = ms.TuneContext(mod=loaded[index].mod, target=record.target,
                                              num_threads=1)
-            workloads[index] = Workload(_shash(loaded[index].mod), str(work_dir))
+            workloads[index] = Workload(_shash(loaded[index].mod), str(work_dir),
+                                        flop=task_flop(loaded[index].mod))
         try:
             candidate = record.as_measure_candidate()
             features = extractor.extract_from(contexts[index], [candidate])[0].numpy()
@@ -85,7 +88,8 @@ def read_workloads(work_dir: Path) -> list[Workload]:
     return [w for w in workloads.values() if w.features]
 
 
-def _train(workloads: list[Workload]):
+def train(workloads: list[Workload]):
+    """TVM's XGBModel trained on the workloads' records as MetaSchedule trains it."""
     from tvm.s_tir import meta_schedule as ms
 
     model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**9)._inst
@@ -103,7 +107,7 @@ def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
         others = [w for w in workloads if w.name not in held]
         if not others:
             continue
-        model = _train(others)
+        model = train(others)
         for w in workloads:
             if w.source == source and len(w.features) >= MIN_HELD_OUT:
                 latencies = np.asarray(w.latencies)
@@ -137,7 +141,7 @@ def train_and_write(work_dirs: list[Path], benchmarked_models: list[str],
     if not workloads:
         raise SystemExit("no records to train on")
     rhos = held_out_rhos(workloads)
-    model = _train(workloads)
+    model = train(workloads)
     folder.mkdir(parents=True, exist_ok=True)
     model.booster.save_model(str(folder / MODEL_FILE))
     records = sum(len(w.features) for w in workloads)
