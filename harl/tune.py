@@ -89,8 +89,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
         if cost_prior is not None and not any(cost_prior.applies_to(t.mod) for t in tasks):
             cost_prior = None  # every task is too small for it
         if cost_prior is not None:
-            say("harl: a cost model trained on other workloads ranks the first samples of tasks "
-                f"of {cost_prior.min_flop / 1e6:g} MFLOP or more (--no-prior: random samples)")
+            say("harl: a cost model trained on other workloads ranks the samples of tasks of "
+                f"{cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the run's model has "
+                "learned the task (--no-prior: the run's model only)")
     resume = resume_state(work_dir, tasks)
     remaining = config.trials - resume.prior.trials
     if resume.prior.trials:

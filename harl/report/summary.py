@@ -44,7 +44,7 @@ class RunReport:
     verified: bool | None = None
     work_dir: str = ""
     agent_seconds: dict[str, float] = field(default_factory=dict)  # by part (harl strategy)
-    cost_prior: bool = False  # the shipped cost-model prior ranked the first samples of a task
+    cost_prior: bool = False  # the shipped cost-model prior ranked the samples of some task
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")

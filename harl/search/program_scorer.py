@@ -40,7 +40,12 @@ class Standardiser:
         return (np.asarray(values, dtype=float) - self.mean) / self.spread
 
 
-def own_weight_after(samples: int, equal_weight_samples: int, min_task_samples: int) -> float:
+EQUAL_WEIGHT_SAMPLES = 48
+MIN_TASK_SAMPLES = 4
+
+
+def own_weight_after(samples: int, equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
+                     min_task_samples: int = MIN_TASK_SAMPLES) -> float:
     """The run's model's weight next to the prior after `samples` successful measurements of a
     task: 0 below `min_task_samples`, one half at `equal_weight_samples`."""
     if samples < min_task_samples:
@@ -65,14 +70,16 @@ class ProgramScorer:
     standardised on those measurements, weighted n / (n + `equal_weight_samples`) for the run's
     model after n of them and the rest for the prior, and put back on the scale of the task's
     measured throughputs (best latency / latency), which the tile tuner's rewards assume.
-    Replayed on the benchmarks' runs, the run's model ranked the next 16 candidates of a task
-    worse than the prior up to 48 measurements (rho 0.17-0.27 against 0.35-0.49), and the blend
-    ranked best after. Without a model that ranks, scores are random and `ranks` is False, so
-    the policy does not learn from them. Call `note_update` after each update of `xgb`.
+    Replayed on earlier runs (tools/replay_scorers.py), the run's model ranked a task's next
+    candidates far worse than the prior up to 48 measurements (rho 0.15-0.29 against 0.40-0.51),
+    and the blend about as well as the prior, a little better at 48. Without a model that ranks,
+    scores are random and `ranks` is False, so the policy does not learn from them. Call
+    `note_update` after each update of `xgb`.
     """
 
     def __init__(self, xgb=None, prior: CostPrior | None = None,
-                 equal_weight_samples: int = 48, min_task_samples: int = 4) -> None:
+                 equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
+                 min_task_samples: int = MIN_TASK_SAMPLES) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
         self.xgb = xgb
