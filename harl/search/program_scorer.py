@@ -41,7 +41,9 @@ class Standardiser:
 
 
 EQUAL_WEIGHT_SAMPLES = 48
+"""successful measurements of a task after which the run's model weighs as much as the prior"""
 MIN_TASK_SAMPLES = 4
+"""successful measurements of a task before the run's model takes part next to the prior"""
 
 
 def own_weight_after(samples: int, equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
