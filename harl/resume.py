@@ -1,9 +1,10 @@
 """Continuing a run from its work dir: what was done before, and whether it is the same run.
 
-A work dir holds one run: `run.json` (the manifest: model bytes' sha256, target, strategy) says
-which. Re-running on it resumes: the trials in its database count against the budget, seed the
-per-task statistics, warm the cost model, and MetaSchedule's search strategies start from each
-workload's best records. `--fresh` moves the earlier run aside instead.
+A work dir holds one run: `run.json` (the manifest: model bytes' sha256, target, strategy, and
+whether the cost-model prior was asked for) says which. Re-running on it resumes: the trials in
+its database count against the budget, seed the per-task statistics, warm the cost model, and
+MetaSchedule's search strategies start from each workload's best records. `--fresh` moves the
+earlier run aside instead.
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ class RunManifest:
     model_sha256: str
     target: str  # the target's JSON
     strategy: str
+    cost_prior: bool | None = None  # None: written before harl recorded it
 
     @staticmethod
-    def of(model_path: Path, target, strategy: str) -> RunManifest:
+    def of(model_path: Path, target, strategy: str,
+           cost_prior: bool | None = None) -> RunManifest:
         digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
-        return RunManifest(str(model_path), digest, str(target), strategy)
+        return RunManifest(str(model_path), digest, str(target), strategy, cost_prior)
 
     def write(self, work_dir: Path) -> None:
         (work_dir / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -68,6 +71,10 @@ class RunManifest:
             return f"target {other.target}, not {self.target}"
         if self.strategy != other.strategy:
             return f"strategy {other.strategy}, not {self.strategy}"
+        if None not in (self.cost_prior, other.cost_prior) and self.cost_prior != other.cost_prior:
+            if other.cost_prior:
+                return f"{other.strategy} with the cost-model prior, not --no-prior"
+            return f"{other.strategy} with --no-prior, not the cost-model prior"
         return None
 
 

@@ -67,7 +67,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
         preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
-    claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy),
+    asked_prior = config.strategy == "harl" and config.cost_prior
+    claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy, asked_prior),
                    config.fresh, say)
     (work_dir / "logs").mkdir(exist_ok=True)
     quiet_tvm_loggers(work_dir / "logs" / "tvm.log")

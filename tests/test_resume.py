@@ -21,11 +21,12 @@ from harl.tvm_env import load_tensor_intrinsics
 FAILED = [1e10]  # what MetaSchedule records for a failed trial
 
 
-def manifest(tmp_path, model_bytes=b"model", strategy="metaschedule", target=None):
+def manifest(tmp_path, model_bytes=b"model", strategy="metaschedule", target=None,
+             cost_prior=None):
     model = tmp_path / "model.onnx"
     model.write_bytes(model_bytes)
     return RunManifest.of(model, target or parse_target('{"kind": "llvm", "num-cores": 2}'),
-                          strategy)
+                          strategy, cost_prior)
 
 
 def fill_database(work_dir, runs: dict[int, list[list[float]]]):
@@ -60,6 +61,19 @@ def test_same_run_resumes_and_a_different_one_is_refused(tmp_path):
         with pytest.raises(HarlError, match=f"holds a run of {what} .*use --fresh"):
             claim_work_dir(tmp_path, other, fresh=False, say=said.append)
     assert said == []
+
+
+def test_a_run_with_the_prior_does_not_resume_without_it(tmp_path):
+    claim_work_dir(tmp_path, manifest(tmp_path, strategy="harl", cost_prior=True), fresh=False,
+                   say=print)
+    (tmp_path / RECORD_FILE).write_text("[0]\n")
+    with pytest.raises(HarlError, match="holds a run of harl with the cost-model prior, not "
+                                        "--no-prior; use --fresh"):
+        claim_work_dir(tmp_path, manifest(tmp_path, strategy="harl", cost_prior=False),
+                       fresh=False, say=print)
+    manifest(tmp_path).write(tmp_path)  # written before harl recorded the prior
+    claim_work_dir(tmp_path, manifest(tmp_path, cost_prior=False), fresh=False, say=print)
+    assert RunManifest.read(tmp_path).cost_prior is False
 
 
 def test_a_run_that_measured_nothing_is_not_in_the_way(tmp_path):
