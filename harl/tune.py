@@ -85,7 +85,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         say(f"harl: measuring on RPC key {config.rpc.key!r} at "
             f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
     cost_prior = None
-    if config.cost_prior and config.strategy == "harl":
+    if asked_prior:
         cost_prior = load_cost_prior(target, say=say)
         if cost_prior is not None and not any(cost_prior.applies_to(t.mod) for t in tasks):
             cost_prior = None  # every task is too small for it

@@ -38,7 +38,7 @@ def replay_workload(workload: Workload, others: list[Workload], prior, after: li
                     following: int) -> dict[tuple[int, str], float]:
     """Rank correlation per (s, scorer) on one workload."""
     latencies = np.asarray(workload.latencies)
-    throughput = np.where(np.isfinite(latencies), 1.0 / latencies, 0.0)
+    throughput = workload.throughputs()
     rhos = {}
     for s in after:
         end = min(len(latencies), s + following)

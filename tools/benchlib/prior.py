@@ -42,6 +42,11 @@ class Workload:
         costs = np.where(np.isfinite(self.latencies), self.latencies, 1e10)
         return costs.min() / costs
 
+    def throughputs(self) -> np.ndarray:
+        """1 / latency per record, 0 where it failed (what predictions are judged against)."""
+        latencies = np.asarray(self.latencies)
+        return np.where(np.isfinite(latencies), 1.0 / latencies, 0.0)
+
 
 def _shash(mod) -> str:
     from tvm.s_tir.meta_schedule.utils import shash2hex
@@ -110,10 +115,8 @@ def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
         model = train(others)
         for w in workloads:
             if w.source == source and len(w.features) >= MIN_HELD_OUT:
-                latencies = np.asarray(w.latencies)
-                throughput = np.where(np.isfinite(latencies), 1.0 / latencies, 0.0)
                 rhos[f"{Path(source).parent.name}/{w.name[:12]}"] = rank_correlation(
-                    model._predict(xs=w.features), throughput)
+                    model._predict(xs=w.features), w.throughputs())
     return rhos
 
 
