@@ -32,7 +32,12 @@ from harl.target import parse_target
 sys.path.insert(0, str(ROOT / "tools"))
 
 from benchlib.prior import train_and_write  # noqa: E402
-from benchlib.synthetic import draw_branches, operator_keys, synthetic_models  # noqa: E402
+from benchlib.synthetic import (  # noqa: E402
+    SMALL_FLOP_RANGE,
+    draw_branches,
+    operator_keys,
+    synthetic_models,
+)
 from replay_scorers import main as replay_scorers  # noqa: E402
 
 
@@ -181,6 +186,9 @@ def test_synthetic_models_are_reproducible_and_keyed_like_any_onnx_model(tmp_pat
     rng = np.random.default_rng(5)
     drawn = [b.key for _ in range(2) for b in draw_branches(rng, 3)]
     assert set().union(*map(operator_keys, first)) == set(drawn)
+    small = draw_branches(np.random.default_rng(3), 50, SMALL_FLOP_RANGE)
+    assert all(SMALL_FLOP_RANGE[0] <= b.flop <= SMALL_FLOP_RANGE[1] for b in small)
+    assert {b.key[0] for b in small} == {"conv", "matmul", "bmm"}
     assert operator_keys(EXAMPLES / "cnn.onnx") == {
         ("conv", 3, 16, 32, 3, 1, 1), ("conv", 16, 32, 32, 3, 2, 1), ("matmul", 1, 32, 10)}
 
@@ -196,10 +204,10 @@ def test_the_training_tool_writes_a_prior_harl_loads(tmp_path, capsys):
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with pytest.raises(SystemExit, match="no records"):  # its own shapes are "benchmarked"
-        train_and_write([work_dir], [str(model)], folder=tmp_path / "refused")
-    manifest = train_and_write([work_dir], [str(EXAMPLES / "cnn.onnx")],
+        train_and_write([work_dir], [str(model)], 1e6, folder=tmp_path / "refused")
+    manifest = train_and_write([work_dir], [str(EXAMPLES / "cnn.onnx")], 1e6,
                                folder=tmp_path / "prior")
-    assert manifest["records"] >= 12 and manifest["tvm_version"]
+    assert manifest["records"] >= 12 and manifest["tvm_version"] and manifest["min_flop"] == 1e6
     prior = load_cost_prior(parse_target("llvm"), tmp_path / "prior")
     assert prior is not None
     context, candidates = samples(matmul_module(128), parse_target("llvm"), 4)

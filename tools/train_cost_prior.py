@@ -1,15 +1,18 @@
 """Train the cost-model prior harl ships for CPU targets (harl/data/), from synthetic workloads.
 
-    python tools/train_cost_prior.py [--models 24] [--trials 64] [--out logs/prior]
+    python tools/train_cost_prior.py [--models 24] [--small-models 12] [--trials 64] \
+        [--out logs/prior]
 
 1. writes `--models` random ONNX models of three operators each (benchlib/synthetic.py: convs,
-   depthwise convs, dense and batched matmuls; none a benchmarked kernel),
+   depthwise convs, dense and batched matmuls of 1-600 MFLOP; none a benchmarked kernel), and
+   `--small-models` more whose operators are of 0.1-1 MFLOP,
 2. tunes each once with `python -m harl.tune --no-evaluate --no-prior` (runs with a report.json in
    their work dir are reused, so an interrupted run picks up where it stopped),
 3. trains an XGBoost model on every measured record, as MetaSchedule's XGBModel trains (features
    per store, labels the best latency of the workload over each record's), and writes it to
-   harl/data/ with a manifest: TVM version, the workloads, how many records, and the held-out rank
-   correlation per workload when it is left out of training.
+   harl/data/ with a manifest: TVM version, the workloads, how many records, the held-out rank
+   correlation per workload when it is left out of training, and the smallest FLOPs drawn (harl
+   leaves smaller tasks to the run's own model).
 
 A synthetic model sharing a conv or matmul shape with a model harl is benchmarked on (the
 examples, the bench's kernels, the ONNX package's light models) is refused as training data: the
@@ -28,7 +31,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run f
 from benchlib.machine import ROOT  # noqa: E402
 from benchlib.models import light_model_names  # noqa: E402
 from benchlib.runs import RunSpec, run_tuning  # noqa: E402
-from benchlib.synthetic import synthetic_models  # noqa: E402
+from benchlib.synthetic import FLOP_RANGE, SMALL_FLOP_RANGE, synthetic_models  # noqa: E402
 
 
 def benchmarked_models() -> list[str]:
@@ -55,18 +58,23 @@ def tune_models(models: list[Path], out: Path, trials: int) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=24, help="synthetic models to tune")
+    parser.add_argument("--small-models", type=int, default=12,
+                        help="synthetic models of small operators (0.1-1 MFLOP) to tune")
     parser.add_argument("--trials", type=int, default=64, help="trials per model")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model generator")
     parser.add_argument("--out", type=Path, default=ROOT / "logs" / "prior")
     parser.add_argument("--tune-only", action="store_true", help="stop before training")
     args = parser.parse_args(argv)
     models = synthetic_models(args.out / "models", args.models, seed=args.seed)
+    models += synthetic_models(args.out / "models", args.small_models, seed=args.seed,
+                               flop_range=SMALL_FLOP_RANGE, name="small")
+    min_flop = (SMALL_FLOP_RANGE if args.small_models else FLOP_RANGE)[0]
     work_dirs = tune_models(models, args.out / "runs", args.trials)
     if args.tune_only:
         return 0
     from benchlib.prior import train_and_write
 
-    train_and_write(work_dirs, benchmarked_models(),
+    train_and_write(work_dirs, benchmarked_models(), min_flop=min_flop,
                     command=" ".join(["python", "tools/train_cost_prior.py", *sys.argv[1:]]))
     return 0
 

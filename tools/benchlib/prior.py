@@ -20,7 +20,7 @@ import numpy as np
 
 from benchlib.machine import cpu_model
 from benchlib.models import resolve_model
-from benchlib.synthetic import MIN_FLOP, operator_keys
+from benchlib.synthetic import operator_keys
 from harl.agents.model_trust import rank_correlation
 from harl.frontend.tasks import task_flop
 from harl.naive_nests import is_naive_trace
@@ -120,9 +120,10 @@ def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
     return rhos
 
 
-def train_and_write(work_dirs: list[Path], benchmarked_models: list[str],
+def train_and_write(work_dirs: list[Path], benchmarked_models: list[str], min_flop: float,
                     folder: Path = DATA_DIR, command: str = "") -> dict:
-    """Train on every work dir's records, judge by leaving each out, write model and manifest.
+    """Train on every work dir's records, judge by leaving each out, write model and manifest
+    (`min_flop`: the smallest FLOPs drawn, below which harl does not use the prior).
 
     A work dir whose model (its report.json's) shares a conv or matmul shape with one of
     `benchmarked_models` is refused whole.
@@ -168,7 +169,7 @@ def train_and_write(work_dirs: list[Path], benchmarked_models: list[str],
                                    np.percentile(list(rhos.values()), [25, 50, 75])]
         if rhos else [],
         "held_out_workloads": len(rhos),
-        "min_flop": MIN_FLOP,
+        "min_flop": min_flop,
     }
     (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     print(json.dumps(manifest, indent=2))

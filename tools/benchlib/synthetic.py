@@ -22,9 +22,13 @@ ROWS = (1, 4, 16, 49, 64, 100, 128, 196, 256)
 FEATURES = (64, 96, 192, 320, 384, 576, 768, 1000, 1280)
 HEAD_DIM = (16, 32, 48, 64, 80)
 SEQUENCE = (16, 49, 64, 100, 128, 196)
-MIN_FLOP, MAX_FLOP = 1e6, 6e8
-"""other draws are redrawn: smaller tasks mostly keep their nest (no trials), and a trial of a
-bigger kernel costs seconds on 2 cores"""
+FLOP_RANGE = (1e6, 6e8)
+"""the draws of the main models; others are redrawn: a trial of a bigger kernel costs seconds on
+2 cores"""
+SMALL_FLOP_RANGE = (1e5, 1e6)
+"""the draws of the small models. Mixed with big ones, such a task mostly keeps its nest and gets
+no trials; in models of their own they get the trials, and the prior learns where serial
+schedules and the thread pool's wake-up decide"""
 
 
 @dataclass(frozen=True)
@@ -69,14 +73,15 @@ def _batched(rng: np.random.Generator) -> tuple[tuple, float]:
 DRAWS = ((_conv, 0.45), (_depthwise, 0.15), (_dense, 0.25), (_batched, 0.15))
 
 
-def draw_branches(rng: np.random.Generator, count: int) -> list[Branch]:
-    """`count` distinct operators, each within [MIN_FLOP, MAX_FLOP]."""
+def draw_branches(rng: np.random.Generator, count: int,
+                  flop_range: tuple[float, float] = FLOP_RANGE) -> list[Branch]:
+    """`count` distinct operators, each of FLOPs within `flop_range`."""
     makers, weights = zip(*DRAWS, strict=True)
     branches: list[Branch] = []
     while len(branches) < count:
         key, flop = makers[rng.choice(len(makers), p=np.asarray(weights))](rng)
         repeated = any(b.key == key for b in branches)
-        if repeated or not MIN_FLOP <= flop <= MAX_FLOP:
+        if repeated or not flop_range[0] <= flop <= flop_range[1]:
             continue
         branches.append(Branch(key, flop))
     return branches
@@ -138,10 +143,12 @@ def write_model(path: Path, branches: list[Branch], seed: int) -> Path:
     return path
 
 
-def synthetic_models(folder: Path, count: int, branches: int = 3, seed: int = 0) -> list[Path]:
-    """`count` models of `branches` operators each, the same for the same seed."""
+def synthetic_models(folder: Path, count: int, branches: int = 3, seed: int = 0,
+                     flop_range: tuple[float, float] = FLOP_RANGE,
+                     name: str = "synthetic") -> list[Path]:
+    """`count` models of `branches` operators each, the same for the same arguments."""
     rng = np.random.default_rng(seed)
-    return [write_model(folder / f"synthetic{i:02d}.onnx", draw_branches(rng, branches),
+    return [write_model(folder / f"{name}{i:02d}.onnx", draw_branches(rng, branches, flop_range),
                         seed * 1000 + i) for i in range(count)]
 
 
