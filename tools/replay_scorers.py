@@ -2,8 +2,10 @@
 task's next candidates after its first measurements.
 
     python tools/replay_scorers.py WORK_DIR... [--held-out] [--after 4,8,16,24,32,48] [--next 16]
+        [--min-flop F] [--max-flop F]
 
-For each workload of each work dir (of at least the prior's minimum FLOPs) and each count s in
+For each workload of each work dir (of at least the prior's minimum FLOPs, or within
+`--min-flop`/`--max-flop`) and each count s in
 `--after`: the run's model is trained as in a run (the dir's other workloads, all of their
 records, which flatters it, and the workload's first s records), and the rank correlation of
 each scorer's scores with the measured throughputs of the next `--next` records is averaged over
@@ -76,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="replayed measurements after each count")
     parser.add_argument("--min-flop", type=float, default=None,
                         help="smallest workload replayed (default: the prior's own minimum)")
+    parser.add_argument("--max-flop", type=float, default=float("inf"),
+                        help="largest workload replayed (the others still train the models)")
     args = parser.parse_args(argv)
     after = [int(x) for x in args.after.split(",")]
 
@@ -90,14 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         shipped.min_flop if shipped is not None else 0.0)
     results: dict[tuple[int, str], list[float]] = {}
     for work_dir, workloads in runs.items():
+        judged = [w for w in workloads if min_flop <= w.flop <= args.max_flop]
+        if not judged:
+            continue
         prior = shipped.xgb if shipped is not None else None
         if args.held_out:
             names = {w.name for w in workloads}
             prior = train([w for other, ws in runs.items() if other != work_dir for w in ws
                            if w.name not in names])
-        for workload in workloads:
-            if workload.flop < min_flop:
-                continue
+        for workload in judged:
             others = [w for w in workloads if w is not workload]
             for key, rho in replay_workload(workload, others, prior, after,
                                             args.following).items():

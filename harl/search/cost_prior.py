@@ -4,7 +4,7 @@ A run's own cost model knows nothing about a task until the task has been measur
 batch is random samples, and at a few trials per task those samples decide the result (a conv2d's
 random samples span 2 to 80 ms). The prior ranks that first batch instead. It was trained by
 `tools/train_cost_prior.py` on synthetic workloads (convs, depthwise convs, dense and batched
-matmuls of shapes no benchmarked model has, 1-600 MFLOP), measured on a 2-core AMD EPYC (x86-64;
+matmuls of shapes no benchmarked model has, 0.1-600 MFLOP), measured on a 2-core AMD EPYC (x86-64;
 TVM's target says znver4). It is used for CPU targets of the same instruction set only, only on
 the TVM it was trained on (its features are TVM's `PerStoreFeature`), and only for tasks of at
 least the FLOPs it was trained on.
@@ -32,9 +32,9 @@ class CostPrior:
     """median rank correlation of its predictions with measured throughputs, per workload left out
     of training (the manifest's `held_out_rho`)"""
     min_flop: float = 0.0
-    """smaller tasks are not its to rank: it was trained on none (below about 1 MFLOP serial
-    schedules and the thread pool's wake-up decide, and it ranked some such tasks worse than
-    chance)"""
+    """smaller tasks are not its to rank: it was trained on none (where a kernel takes a few
+    microseconds, the thread pool's wake-up and serial schedules decide; a prior trained on 1
+    MFLOP or more ranked such tasks worse than the run's model)"""
     _flop: dict = field(default_factory=dict, repr=False)  # structural hash -> FLOPs
 
     def applies_to(self, mod) -> bool:
