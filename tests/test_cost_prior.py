@@ -33,12 +33,14 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from benchlib.prior import train_and_write  # noqa: E402
 from benchlib.synthetic import (  # noqa: E402
+    FLOP_RANGE,
     SMALL_FLOP_RANGE,
     draw_branches,
     operator_keys,
     synthetic_models,
 )
 from replay_scorers import main as replay_scorers  # noqa: E402
+from train_cost_prior import smallest_drawn  # noqa: E402
 
 
 def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
@@ -191,6 +193,13 @@ def test_synthetic_models_are_reproducible_and_keyed_like_any_onnx_model(tmp_pat
     assert {b.key[0] for b in small} == {"conv", "matmul", "bmm"}
     assert operator_keys(EXAMPLES / "cnn.onnx") == {
         ("conv", 3, 16, 32, 3, 1, 1), ("conv", 16, 32, 32, 3, 2, 1), ("matmul", 1, 32, 10)}
+
+
+def test_the_prior_is_used_down_to_the_smallest_flops_it_was_trained_on():
+    runs = ROOT / "logs" / "prior" / "runs"  # names only: nothing is read
+    big, small = runs / "synthetic00" / "harl-t64-s0", runs / "small03" / "harl-t64-s0"
+    assert smallest_drawn([big, small]) == SMALL_FLOP_RANGE[0] < FLOP_RANGE[0]
+    assert smallest_drawn([big]) == FLOP_RANGE[0]  # the small runs failed or were not asked
 
 
 def test_the_training_tool_writes_a_prior_harl_loads(tmp_path, capsys):

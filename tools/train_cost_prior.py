@@ -42,6 +42,17 @@ def benchmarked_models() -> list[str]:
             *(f"light:{name}" for name in light_model_names())]
 
 
+SMALL_MODELS = "small"
+"""name of the small models (0.1-1 MFLOP operators), and of their run folders"""
+
+
+def smallest_drawn(work_dirs: list[Path]) -> float:
+    """The smallest FLOPs drawn for the models of `work_dirs` (each dir is runs/MODEL/RUN): what
+    the prior is trained on, below which harl leaves tasks to the run's own model."""
+    small = any(d.parent.name.startswith(SMALL_MODELS) for d in work_dirs)
+    return (SMALL_FLOP_RANGE if small else FLOP_RANGE)[0]
+
+
 def tune_models(models: list[Path], out: Path, trials: int) -> list[Path]:
     """Tune each model once (reusing finished runs); their work dirs."""
     work_dirs = []
@@ -67,14 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     models = synthetic_models(args.out / "models", args.models, seed=args.seed)
     models += synthetic_models(args.out / "models", args.small_models, seed=args.seed,
-                               flop_range=SMALL_FLOP_RANGE, name="small")
-    min_flop = (SMALL_FLOP_RANGE if args.small_models else FLOP_RANGE)[0]
+                               flop_range=SMALL_FLOP_RANGE, name=SMALL_MODELS)
     work_dirs = tune_models(models, args.out / "runs", args.trials)
     if args.tune_only:
         return 0
     from benchlib.prior import train_and_write
 
-    train_and_write(work_dirs, benchmarked_models(), min_flop=min_flop,
+    train_and_write(work_dirs, benchmarked_models(), min_flop=smallest_drawn(work_dirs),
                     command=" ".join(["python", "tools/train_cost_prior.py", *sys.argv[1:]]))
     return 0
 

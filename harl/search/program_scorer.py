@@ -72,9 +72,11 @@ class ProgramScorer:
     standardised on those measurements, weighted n / (n + `equal_weight_samples`) for the run's
     model after n of them and the rest for the prior, and put back on the scale of the task's
     measured throughputs (best latency / latency), which the tile tuner's rewards assume.
-    Replayed on earlier runs (tools/replay_scorers.py), the run's model ranked a task's next
-    candidates far worse than the prior up to 48 measurements (rho 0.15-0.29 against 0.40-0.51),
-    and the blend about as well as the prior, a little better at 48. Without a model that ranks,
+    Replayed on earlier runs (tools/replay_scorers.py), the run's model ranked the next
+    candidates of a task of 1 MFLOP or more far worse than the prior up to 48 measurements (rho
+    0.15-0.29 against 0.40-0.51), and the blend about as well as the prior, a little better at
+    48; on tasks of 0.1-1 MFLOP the prior leads up to 8 measurements, and the run's model after
+    16, which the blend follows as its weight grows. Without a model that ranks,
     scores are random and `ranks` is False, so the policy does not learn from them. Call
     `note_update` after each update of `xgb`.
     """
