@@ -37,6 +37,15 @@ def conv2d_module(size: int = 8, channels: int = 4):
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
 
 
+def shipped_prior_applies() -> bool:
+    """Whether the cost-model prior in harl/data/ applies here (an llvm target on its
+    instruction set and TVM), so that a harl run on llvm uses it for tasks in its range."""
+    from harl.search.cost_prior import load_cost_prior
+    from harl.target import parse_target
+
+    return load_cost_prior(parse_target("llvm")) is not None
+
+
 def trial_record_lines(work_dir: Path) -> list[str]:
     """The tuning log's lines that record trials: not harl's unscheduled-nest records, which are
     measured outside the budget (the JSON form of harl.naive_nests.is_naive_trace: the root

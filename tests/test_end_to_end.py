@@ -7,10 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT, trial_record_lines
-
-from harl.search.cost_prior import load_cost_prior
-from harl.target import parse_target
+from conftest import EXAMPLES, ROOT, shipped_prior_applies, trial_record_lines
 
 
 def harl_tune(*args, timeout=600):
@@ -40,7 +37,7 @@ def test_report_history_and_database_agree(mlp_run):
     report = json.loads((work_dir / "report.json").read_text())
     assert report["verified"] is True and report["strategy"] == "harl"  # the default
     # Its two big matmuls are in the prior's range, where the prior applies (x86, its TVM).
-    assert report["cost_prior"] is (load_cost_prior(parse_target("llvm")) is not None)
+    assert report["cost_prior"] is shipped_prior_applies()
     assert report["max_abs_err"] <= 1e-3
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
