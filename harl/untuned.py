@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from harl.resume import PriorRun, warm_start_cost_model
-from harl.search.trace_sites import schedule_of, with_state
+from harl.search.trace_sites import schedules_of, with_state
+from harl.target import local_cpu_count
 
 SAMPLES_PER_TASK = 16
 """random samples of a task's design space the cost model chooses among"""
@@ -40,7 +41,7 @@ def _context(task, target):
     from tvm.s_tir import meta_schedule as ms
 
     return ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
-                          task_name=task.name, num_threads=1).clone()
+                          task_name=task.name, num_threads=local_cpu_count()).clone()
 
 
 def predicted_schedules(tasks, wanted: list[int], target, scorer,
@@ -60,8 +61,9 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
         sketches = [with_state(space.trace.simplified(remove_postproc=True), None)
                     for space in context.generate_design_space()]
         postprocs = list(context.space_generator.postprocs)
-        drawn = [schedule_of(task.mod, sketches[i % len(sketches)], postprocs,
-                             int(rng.integers(1 << 30))) for i in range(samples)]
+        seeds = [int(rng.integers(1 << 30)) for _ in range(samples)]
+        drawn = schedules_of(task.mod, [sketches[i % len(sketches)] for i in range(samples)],
+                             postprocs, seeds, context.num_threads)
         legal = [sch for sch in drawn if sch is not None]
         if not legal:
             continue

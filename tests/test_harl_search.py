@@ -27,13 +27,13 @@ def tile_products(trace):
             for inst in tunable_insts(trace) if inst.kind.name == "SamplePerfectTile"]
 
 
-def make_strategy(n=64, scorer=None, trust_board=None, task_id=-1):
+def make_strategy(n=64, scorer=None, trust_board=None, task_id=-1, threads=1):
     """A strategy bound to a matmul task, and that task's design spaces."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
     context = ms.TuneContext(mod=matmul_module(n), target=target,
                              space_generator="post-order-apply", task_name="matmul",
-                             num_threads=1).clone()
+                             num_threads=threads).clone()
     strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1, scorer=scorer,
                                   trust_board=trust_board, task_id=task_id)
     strategy._initialize_with_tune_context(context)
@@ -67,6 +67,21 @@ def test_candidates_are_legal_distinct_and_within_budget():
     strategy.post_tuning()
 
 
+def test_replaying_traces_on_threads_changes_no_candidate():
+    def batches(threads):
+        strategy, spaces = make_strategy(threads=threads)
+        strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
+        keys = []
+        while (candidates := strategy.generate_measure_candidates()) is not None:
+            keys.append([tvm_ffi.structural_hash(c.sch.mod) for c in candidates])
+            strategy.notify_runner_results(
+                candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+        return keys
+
+    serial = batches(1)
+    assert len(serial) == 3 and batches(2) == serial
+
+
 def test_a_small_task_also_searches_its_sketches_on_one_thread():
     small, spaces = make_strategy(64)  # 0.5 MFLOP
     small.pre_tuning(8, 4, spaces, None, ms.cost_model.RandomModel())
@@ -84,15 +99,17 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
     # the first 4 fail the postprocs) must be topped up by the next round.
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-    materialize, failures = strategy._materialize, [4]
+    materialize, failures = strategy._materialize_all, [4]
 
-    def unlucky(sketch_id, state):
-        if state is None and failures[0] > 0:
-            failures[0] -= 1
-            return None
-        return materialize(sketch_id, state)
+    def unlucky(sketch_id, states):
+        schedules = materialize(sketch_id, states)
+        for i, state in enumerate(states):
+            if state is None and failures[0] > 0:
+                failures[0] -= 1
+                schedules[i] = None
+        return schedules
 
-    strategy._materialize = unlucky
+    strategy._materialize_all = unlucky
     candidates = strategy.generate_measure_candidates()
     assert failures[0] == 0 and candidates is not None and len(candidates) == 4
 
@@ -100,7 +117,7 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
 def test_a_task_whose_samples_always_fail_ends():
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-    strategy._materialize = lambda sketch_id, state: None
+    strategy._materialize_all = lambda sketch_id, states: [None] * len(states)
     assert strategy.generate_measure_candidates() is None
 
 

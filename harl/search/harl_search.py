@@ -23,7 +23,7 @@ from harl.report.metrics import MetricsLogger
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import (
     initial_options,
-    schedule_of,
+    schedules_of,
     serial_variant,
     site_of,
     state_of,
@@ -117,6 +117,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.mod = context.mod
         self.postprocs = list(context.space_generator.postprocs)
         self.context = context
+        self.workers = max(1, int(context.num_threads))  # threads that replay traces
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database,
                    cost_model) -> None:
@@ -166,7 +167,7 @@ class HarlSearchStrategy(PySearchStrategy):
                          if any(inst.same_as(x) for x in prefix)}
             latency = float(np.mean([float(x) for x in record.run_secs]))
             state = state_of(Trace(prefix, decisions))
-            sch = self._materialize(sketch_id, state)
+            (sch,) = self._materialize_all(sketch_id, [state])
             if sch is not None:  # measured already: not again
                 self.measured.add(tvm_ffi.structural_hash(sch.mod))
             sketch = self.sketches[sketch_id]
@@ -183,21 +184,23 @@ class HarlSearchStrategy(PySearchStrategy):
 
     # -- candidates -------------------------------------------------------------------------
 
-    def _materialize(self, sketch_id: int, state: State | None):
-        """Schedule for `state` (None: a fresh random sample) after postprocs, or None."""
-        return schedule_of(self.mod, with_state(self.sketches[sketch_id].trace, state),
-                           self.postprocs, int(self.rng.integers(1 << 30)))
+    def _materialize_all(self, sketch_id: int, states: list[State | None]) -> list:
+        """Schedule for each state (None: a fresh random sample) after postprocs, or None.
+
+        The seeds are drawn here, in order, so the schedules do not depend on the threads.
+        """
+        seeds = [int(self.rng.integers(1 << 30)) for _ in states]
+        trace = self.sketches[sketch_id].trace
+        return schedules_of(self.mod, [with_state(trace, state) for state in states],
+                            self.postprocs, seeds, self.workers)
 
     def _evaluator(self, sketch_id: int, cache: dict):
         def evaluate(states: list[State]) -> Evaluation:
             result = Evaluation(np.full(len(states), -np.inf),
                                 np.zeros((len(states), FEATURE_DIM), dtype=np.float32))
-            todo = []
-            for i, state in enumerate(states):
-                if state not in cache:
-                    cache[state] = self._materialize(sketch_id, state)
-                if cache[state] is not None:
-                    todo.append(i)
+            new = [state for state in dict.fromkeys(states) if state not in cache]
+            cache.update(zip(new, self._materialize_all(sketch_id, new), strict=True))
+            todo = [i for i, state in enumerate(states) if cache[state] is not None]
             if todo:
                 scored = self.scorer(self.context, [self._candidate(cache[states[i]])
                                                     for i in todo])
@@ -253,8 +256,8 @@ class HarlSearchStrategy(PySearchStrategy):
                               sketch.tuner.fresh_share, self.config.max_fresh_share)
         cache: dict[State, object] = {}
         fresh: list[State] = []
-        for _ in range(max(self.config.fresh_pool, count) if learned else count):
-            sch = self._materialize(sketch_id, None)
+        drawn = max(self.config.fresh_pool, count) if learned else count
+        for sch in self._materialize_all(sketch_id, [None] * drawn):
             if sch is not None:
                 state = state_of(sch.trace)
                 cache.setdefault(state, sch)

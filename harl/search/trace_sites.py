@@ -3,9 +3,15 @@
 Sites: SamplePerfectTile (factors), SampleCategorical (index), SampleComputeLocation (loop index)
 and the parallel extent a sketch annotates (`meta_schedule.parallel`, what MetaSchedule's
 MutateParallel changes). Everything else in the trace stays as the design space made it.
+
+Replaying traces is most of a search's time; `schedules_of` spreads it over threads (TVM's calls
+release the GIL), as MetaSchedule's own search does.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Instruction, Trace
@@ -135,3 +141,21 @@ def schedule_of(mod, trace, postprocs, seed: int):
     except Exception:  # noqa: BLE001  (an illegal schedule is just a dead end)
         return None
     return sch
+
+
+@cache
+def _thread_pool(workers: int) -> ThreadPoolExecutor:
+    """One pool per size for the whole run: the search calls for a few states at a time."""
+    return ThreadPoolExecutor(workers, thread_name_prefix="harl-replay")
+
+
+def schedules_of(mod, traces, postprocs, seeds, workers: int = 1) -> list:
+    """`schedule_of` for each trace with its seed, on up to `workers` threads; the results are
+    those of the serial loop, in order (each schedule's randomness comes from its own seed)."""
+    traces, seeds = list(traces), list(seeds)
+    if len(traces) != len(seeds):
+        raise ValueError(f"{len(traces)} traces but {len(seeds)} seeds")
+    if workers <= 1 or len(traces) <= 1:
+        return [schedule_of(mod, t, postprocs, s) for t, s in zip(traces, seeds, strict=True)]
+    return list(_thread_pool(workers).map(lambda t, s: schedule_of(mod, t, postprocs, s),
+                                          traces, seeds))
