@@ -75,9 +75,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
     load_tensor_intrinsics(target)
     relax_mod = import_to_relax(model)
     tasks = extract_tasks(relax_mod, target)
-    num_cores = int(target.attrs.get("num-cores", 0)) or local_cpu_count()
-    if is_gpu(target):
-        num_cores = local_cpu_count()
+    # Builds, the search's threads and the cost model run here, whatever cores the target has
+    # (its num-cores shapes the kernels: a farm's target may have 64 cores or one).
+    num_cores = local_cpu_count()
     batch = config.trials_per_batch or default_batch_size(config.trials, len(tasks))
     say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
         f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")

@@ -1,15 +1,19 @@
 """harl's search strategy and task scheduler on real TVM tasks, with a fake runner."""
 
 import math
+import threading
 
 import numpy as np
+import pytest
 import tvm_ffi
 from conftest import matmul_module
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from harl.agents.model_trust import TrustBoard
+from harl.agents.tile_policy import FEATURE_DIM
 from harl.agents.tile_tuner import Evaluation
+from harl.search import trace_sites
 from harl.search.harl_search import (
     HarlSearchConfig,
     HarlSearchStrategy,
@@ -17,7 +21,7 @@ from harl.search.harl_search import (
     tunable_insts,
 )
 from harl.search.program_scorer import ProgramScorer
-from harl.search.trace_sites import site_kind
+from harl.search.trace_sites import schedules_of, site_kind, state_of, with_state
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -67,9 +71,21 @@ def test_candidates_are_legal_distinct_and_within_budget():
     strategy.post_tuning()
 
 
-def test_replaying_traces_on_threads_changes_no_candidate():
+@pytest.mark.parametrize("learned", [False, True])
+def test_replaying_traces_on_threads_changes_no_candidate(monkeypatch, learned):
+    # Learned: 64-sample pools and model-guided trajectories; else a few samples, random walks.
+    threads_used = set()
+    replay = trace_sites.schedule_of
+
+    def recording(*args):
+        threads_used.add(threading.current_thread().name)
+        return replay(*args)
+
+    monkeypatch.setattr(trace_sites, "schedule_of", recording)
+
     def batches(threads):
-        strategy, spaces = make_strategy(threads=threads)
+        scorer = RankingScorer(1) if learned else None
+        strategy, spaces = make_strategy(scorer=scorer, threads=threads)
         strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
         keys = []
         while (candidates := strategy.generate_measure_candidates()) is not None:
@@ -79,7 +95,50 @@ def test_replaying_traces_on_threads_changes_no_candidate():
         return keys
 
     serial = batches(1)
+    assert threads_used == {threading.current_thread().name}
     assert len(serial) == 3 and batches(2) == serial
+    assert any(name.startswith("harl-replay") for name in threads_used)
+
+
+def test_schedules_of_keeps_order_and_failures_in_place():
+    strategy, spaces = make_strategy()
+    trace = with_state(spaces[0].trace.simplified(remove_postproc=True), None)
+    seeds = list(range(1, 9))
+    serial = schedules_of(strategy.mod, [trace] * 8, strategy.postprocs, seeds)
+    threaded = schedules_of(strategy.mod, [trace] * 8, strategy.postprocs, seeds, workers=2)
+    assert [tvm_ffi.structural_hash(s.mod) for s in threaded] == [
+        tvm_ffi.structural_hash(s.mod) for s in serial]
+
+    class RejectOddFactors:  # a postproc that rejects schedules by a decision
+        def apply(self, sch):
+            return int(sch.trace.decisions[tunable_insts(sch.trace)[0]][0]) % 2 == 0
+
+    rejected = schedules_of(strategy.mod, [trace] * 8, [RejectOddFactors()], seeds, workers=2)
+    assert [s is None for s in rejected] == [
+        int(s.trace.decisions[tunable_insts(s.trace)[0]][0]) % 2 == 1 for s in serial]
+    with pytest.raises(ValueError):
+        schedules_of(strategy.mod, [trace] * 2, strategy.postprocs, seeds)
+
+
+def test_a_state_is_scored_once_per_fill():
+    counted = []
+
+    class CountingScorer(RankingScorer):
+        def __call__(self, context, candidates):
+            counted.extend(tvm_ffi.structural_hash(c.sch.mod) for c in candidates)
+            return super().__call__(context, candidates)
+
+    strategy, spaces = make_strategy(scorer=CountingScorer(1))
+    strategy.pre_tuning(12, 4, spaces, None, None)
+    evaluate = strategy._evaluator(0, {})
+    schedules = strategy._materialize_all(0, [None] * 3)
+    first, second, _ = [state_of(sch.trace) for sch in schedules]
+    once = evaluate([first, first, second])
+    again = evaluate([second, first])
+    assert len(counted) == len(set(counted)) == 2
+    assert list(again.scores) == [once.scores[2], once.scores[0]]
+    assert np.isfinite(once.scores).all() and once.features.shape == (3, FEATURE_DIM)
+    assert evaluate([]).scores.shape == (0,)
 
 
 def test_a_small_task_also_searches_its_sketches_on_one_thread():

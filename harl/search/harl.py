@@ -46,7 +46,7 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     import torch
     from tvm.s_tir import meta_schedule as ms
 
-    torch.set_num_threads(1)  # tiny networks; the cores belong to builders and runners
+    torch.set_num_threads(1)  # tiny networks; the cores go to trace replay and builds
     search = HarlSearchConfig()
     metrics = MetricsLogger()
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,

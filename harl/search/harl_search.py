@@ -197,25 +197,28 @@ class HarlSearchStrategy(PySearchStrategy):
     def _evaluator(self, sketch_id: int, cache: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
         does not change, so a state the trajectories come back to is scored once."""
-        scored: dict[State, tuple[float, np.ndarray]] = {}
-        no_features = np.zeros(FEATURE_DIM, dtype=np.float32)
+        scores: dict[State, float] = {}
+        features: dict[State, np.ndarray] = {}
 
         def evaluate(states: list[State]) -> Evaluation:
             new = [state for state in dict.fromkeys(states) if state not in cache]
             cache.update(zip(new, self._materialize_all(sketch_id, new), strict=True))
             todo = [state for state in dict.fromkeys(states)
-                    if state not in scored and cache[state] is not None]
+                    if state not in scores and cache[state] is not None]
             if todo:
-                result = self.scorer(self.context, [self._candidate(cache[s]) for s in todo])
-                features = (result.features if result.features is not None
-                            else [no_features] * len(todo))
-                scored.update(zip(todo, zip(map(float, result.scores), features,
-                                            strict=True), strict=True))
-            dead = (-np.inf, no_features)
-            pairs = [scored.get(state, dead) for state in states]
-            return Evaluation(np.array([score for score, _ in pairs], dtype=float),
-                              np.array([f for _, f in pairs], dtype=np.float32)
-                              .reshape(len(states), FEATURE_DIM))
+                scored = self.scorer(self.context, [self._candidate(cache[s]) for s in todo])
+                for i, state in enumerate(todo):
+                    scores[state] = float(scored.scores[i])
+                    if scored.features is not None:
+                        features[state] = scored.features[i]
+            result = Evaluation(np.full(len(states), -np.inf),
+                                np.zeros((len(states), FEATURE_DIM), dtype=np.float32))
+            for i, state in enumerate(states):
+                if state in scores:
+                    result.scores[i] = scores[state]
+                if state in features:
+                    result.features[i] = features[state]
+            return result
         return evaluate
 
     @staticmethod

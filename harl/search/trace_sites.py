@@ -5,7 +5,8 @@ and the parallel extent a sketch annotates (`meta_schedule.parallel`, what MetaS
 MutateParallel changes). Everything else in the trace stays as the design space made it.
 
 Replaying traces is most of a search's time; `schedules_of` spreads it over threads (TVM's calls
-release the GIL), as MetaSchedule's own search does.
+release the GIL), as MetaSchedule's evolutionary search does. The threads share the task's module:
+a schedule copies what it changes of a module it does not own alone.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def structure_of(insts) -> list[tuple]:
 def schedule_of(mod, trace, postprocs, seed: int):
     """`trace` applied to `mod` (undecided samples drawn with `seed`), then the postprocs; None
     when it is illegal or a postproc rejects it."""
-    sch = Schedule(mod, seed=seed, debug_mask=0)
+    sch = Schedule(mod, seed=seed, debug_mask=0, error_render_level="none")  # errors: dropped
     try:
         trace.apply_to_schedule(sch, remove_postproc=True)
         if not all(postproc.apply(sch) for postproc in postprocs):
