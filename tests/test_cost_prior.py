@@ -24,6 +24,8 @@ from harl.search.cost_prior import (
     MODEL_FILE,
     CostPrior,
     load_cost_prior,
+    prior_mismatch,
+    target_arch,
 )
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import schedule_of, with_state
@@ -44,18 +46,24 @@ from train_cost_prior import smallest_drawn  # noqa: E402
 
 
 def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
-    prior = load_cost_prior(parse_target("llvm"))
-    assert prior is not None and 0.0 < prior.trust <= 1.0
-    assert load_cost_prior(parse_target("cuda")) is None
-    shutil.copy(DATA_DIR / MODEL_FILE, tmp_path / MODEL_FILE)
+    llvm = parse_target("llvm")
     manifest = json.loads((DATA_DIR / MANIFEST_FILE).read_text())
-    (tmp_path / MANIFEST_FILE).write_text(json.dumps({**manifest, "tvm_version": "0.1"}))
-    assert load_cost_prior(parse_target("llvm"), tmp_path) is None  # another TVM's features
-    assert load_cost_prior(parse_target("llvm"), tmp_path / "missing") is None
-    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    shipped = load_cost_prior(llvm)
+    assert (shipped is not None) == (prior_mismatch(manifest, llvm) is None)  # its CPU only
+    assert load_cost_prior(parse_target("cuda")) is None
+    # The rest on a copy labelled as trained on this host, so that it holds on any machine.
+    host = {**manifest, "arch": target_arch(llvm)}
+    shutil.copy(DATA_DIR / MODEL_FILE, tmp_path / MODEL_FILE)
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(host))
+    prior = load_cost_prior(llvm, tmp_path)
+    assert prior is not None and 0.0 < prior.trust <= 1.0
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps({**host, "tvm_version": "0.1"}))
+    assert load_cost_prior(llvm, tmp_path) is None  # another TVM's features
+    assert load_cost_prior(llvm, tmp_path / "missing") is None
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(host))
     (tmp_path / MODEL_FILE).write_text("not a model")
     said = []
-    assert load_cost_prior(parse_target("llvm"), tmp_path, say=said.append) is None
+    assert load_cost_prior(llvm, tmp_path, say=said.append) is None
     assert len(said) == 1 and "\n" not in said[0] and "unreadable" in said[0]
 
 
