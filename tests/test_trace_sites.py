@@ -1,6 +1,8 @@
 """Trace sites on real TVM: every kind of decision the tile tuner acts on survives a round trip."""
 
-from conftest import conv2d_module
+import sys
+
+from conftest import EXAMPLES, ROOT, conv2d_module
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
@@ -92,3 +94,12 @@ def test_the_serial_variant_runs_on_one_thread():
     serial_state = tuple(x for x, kind in zip(state, kinds, strict=True) if kind != "parallel")
     program = materialize(context, with_state(serial, serial_state)).mod.script()
     assert "T.parallel" not in program and "T.vectorized" in program
+
+
+def test_replay_speed_tool_gets_the_same_schedules_on_threads(capsys):
+    sys.path.insert(0, str(ROOT / "tools"))
+    from replay_speed import main as replay_speed
+
+    assert replay_speed([str(EXAMPLES / "mlp.onnx"), "--samples", "6", "--threads", "2"]) == 0
+    said = capsys.readouterr().out
+    assert "the same schedules on 2 threads: True" in said and "features:" in said
