@@ -125,6 +125,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
         work_dir=str(work_dir),
         agent_seconds={k: round(v, 3) for k, v in (
             plan.metrics.totals if plan is not None and plan.metrics else {}).items()},
+        agent_stage_seconds={k: round(v, 3) for k, v in (
+            plan.metrics.stages if plan is not None and plan.metrics else {}).items()},
         cost_prior=cost_prior is not None,
     )
     if config.evaluate:

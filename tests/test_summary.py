@@ -23,3 +23,11 @@ def test_tasks_without_a_measured_schedule_say_why():
 def test_no_note_when_every_task_was_measured():
     text = format_summary(report_of([TaskSummary("measured", 1, 1e6, 2, 0, 0.5)]))
     assert "without a measured schedule" not in text
+
+
+def test_the_agents_time_is_broken_down_where_it_went():
+    report = report_of([TaskSummary("measured", 1, 1e6, 4, 0, 0.5)])
+    report.agent_seconds = {"search/agent_seconds": 0.8, "cost_model/update_seconds": 0.2}
+    report.agent_stage_seconds = {"search/replay_seconds": 0.4, "tile/policy_seconds": 0.04}
+    line = next(x for x in format_summary(report).splitlines() if "agents + cost model" in x)
+    assert line.endswith("250 ms per trial (of which trace replay 100, policy 10)")

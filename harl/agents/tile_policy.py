@@ -12,6 +12,7 @@ Reads top to bottom like CleanRL's ppo.py: config, network, rollout buffer, upda
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -121,15 +122,18 @@ class TilePolicy:
         self.net = ActorCritic(config.hidden)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate)
         self.updates = 0
+        self.seconds = 0.0  # spent acting and updating, for the run's report
 
     def act(self, moves: np.ndarray, score_changes: np.ndarray, state: np.ndarray,
             epsilon: float) -> tuple[int, float, float]:
         """Sample a move (uniformly with probability epsilon); return it, its log-prob, value."""
+        start = time.perf_counter()
         with torch.no_grad():
             probs = self._probs(torch.from_numpy(moves)[None], self._prior(score_changes)[None],
                                 torch.ones(1, len(moves), dtype=torch.bool), epsilon)[0]
             action = int(torch.multinomial(probs, 1, generator=self.generator))
             value = float(self.net.value(torch.from_numpy(state)[None])[0])
+        self.seconds += time.perf_counter() - start
         return action, float(torch.log(probs[action])), value
 
     def _prior(self, score_changes: np.ndarray) -> torch.Tensor:
@@ -175,6 +179,7 @@ class TilePolicy:
         """PPO on one batch of steps; returns the losses for the metrics file."""
         if len(steps) < 2:
             return {}
+        start = time.perf_counter()
         cfg = self.config
         data = self.batch(steps)
         advantages = data.advantages
@@ -195,6 +200,7 @@ class TilePolicy:
             nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
             self.optimizer.step()
         self.updates += 1
+        self.seconds += time.perf_counter() - start
         return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                 "entropy": entropy.item(), "approx_kl": (data.logprobs - logprobs).mean().item(),
                 "mean_reward": float(np.mean([s.reward for s in steps]))}

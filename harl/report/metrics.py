@@ -19,6 +19,7 @@ class MetricsLogger:
         self._values: dict[str, float] = {}
         self._start = time.monotonic()
         self.totals: dict[str, float] = {}
+        self.stages: dict[str, float] = {}  # where the totals' seconds went (not added to them)
 
     def open(self, path: Path) -> None:
         """Append to `path` from now on (until then, values are only summed in `totals`)."""
@@ -31,6 +32,10 @@ class MetricsLogger:
     def add(self, key: str, value: float) -> None:
         """Add to a running total (kept for the whole run, e.g. seconds spent by an agent)."""
         self.totals[key] = self.totals.get(key, 0.0) + float(value)
+
+    def add_stage(self, key: str, seconds: float) -> None:
+        """Add to a breakdown of the totals' seconds (e.g. the search's trace replay)."""
+        self.stages[key] = self.stages.get(key, 0.0) + float(seconds)
 
     def dump(self, **context) -> None:
         if not self._values:

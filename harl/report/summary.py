@@ -44,6 +44,8 @@ class RunReport:
     verified: bool | None = None
     work_dir: str = ""
     agent_seconds: dict[str, float] = field(default_factory=dict)  # by part (harl strategy)
+    # Where those seconds went: trace replay, features, predictions, policy (not added to them).
+    agent_stage_seconds: dict[str, float] = field(default_factory=dict)
     cost_prior: bool = False  # the shipped cost-model prior ranked the samples of some task
 
     def write(self, path: Path) -> None:
@@ -58,6 +60,10 @@ def task_summaries(stats: list[TaskStats]) -> list[TaskSummary]:
                                      best_s * 1e3 if math.isfinite(best_s) else None, s.stopped,
                                      naive=s.naive_s < s.best_s))
     return summaries
+
+
+STAGE_NAMES = {"search/replay_seconds": "trace replay", "search/feature_seconds": "features",
+               "search/prediction_seconds": "predictions", "tile/policy_seconds": "policy"}
 
 
 def format_summary(report: RunReport) -> str:
@@ -97,5 +103,8 @@ def format_summary(report: RunReport) -> str:
     lines.append(f"{'trials':<24} {report.trials_done} in {report.tune_seconds:.0f} s{resumed}")
     if report.agent_seconds and report.trials_done:
         per_trial = sum(report.agent_seconds.values()) / report.trials_done
-        lines.append(f"{'agents + cost model':<24} {per_trial * 1e3:.0f} ms per trial")
+        stages = ", ".join(f"{STAGE_NAMES.get(key, key)} {seconds / report.trials_done * 1e3:.0f}"
+                           for key, seconds in report.agent_stage_seconds.items())
+        lines.append(f"{'agents + cost model':<24} {per_trial * 1e3:.0f} ms per trial"
+                     + (f" (of which {stages})" if stages else ""))
     return "\n".join(lines)

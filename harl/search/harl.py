@@ -67,6 +67,9 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
             scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
 
     def on_finish(work_dir: Path) -> None:
+        metrics.add_stage("search/feature_seconds", scorer.feature_seconds)
+        metrics.add_stage("search/prediction_seconds", scorer.prediction_seconds)
+        metrics.add_stage("tile/policy_seconds", policy.seconds)
         agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())

@@ -189,10 +189,13 @@ class HarlSearchStrategy(PySearchStrategy):
 
         The seeds are drawn here, in order, so the schedules do not depend on the threads.
         """
+        start = time.perf_counter()
         seeds = [int(self.rng.integers(1 << 30)) for _ in states]
         trace = self.sketches[sketch_id].trace
-        return schedules_of(self.mod, [with_state(trace, state) for state in states],
-                            self.postprocs, seeds, self.workers)
+        schedules = schedules_of(self.mod, [with_state(trace, state) for state in states],
+                                 self.postprocs, seeds, self.workers)
+        self.metrics.add_stage("search/replay_seconds", time.perf_counter() - start)
+        return schedules
 
     def _evaluator(self, sketch_id: int, cache: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,8 @@ class ProgramScorer:
         self.rng = np.random.default_rng(0)
         self.trained_on: dict[str, int] = {}  # workload hash -> successful measurements
         self._reference: dict[str, tuple] = {}  # workload hash -> (data version, standardisers)
+        self.feature_seconds = 0.0  # spent extracting features, for the run's report
+        self.prediction_seconds = 0.0  # spent predicting from them
         self.note_update()
 
     def note_update(self) -> None:
@@ -140,16 +143,25 @@ class ProgramScorer:
         by_prior, weight = self.uses_prior(context.mod), self.own_weight(context.mod)
         if not (by_prior or weight):  # no features needed for a guess
             return Evaluation(self.rng.uniform(size=len(candidates)))
+        start = time.perf_counter()
         raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
                                                                                  candidates)]
         features = np.stack([pooled(x) for x in raw])
+        extracted = time.perf_counter()
+        self.feature_seconds += extracted - start
+        scores = self._predict(context.mod, raw, by_prior, weight)
+        self.prediction_seconds += time.perf_counter() - extracted
+        return Evaluation(scores, features)
+
+    def _predict(self, mod, raw: list[np.ndarray], by_prior: bool, weight: float) -> np.ndarray:
+        """Scores from the models that take part (see the class docstring)."""
         if not by_prior or weight == 0.0:
             model = self.xgb if weight else self.prior.xgb
-            return Evaluation(np.asarray(model._predict(xs=raw), dtype=float), features)
-        own, prior, measured = self._standardisers(context.mod)
+            return np.asarray(model._predict(xs=raw), dtype=float)
+        own, prior, measured = self._standardisers(mod)
         scores = blend(weight, self.xgb._predict(xs=raw), self.prior.xgb._predict(xs=raw), own,
                        prior)
-        return Evaluation(measured.mean + measured.spread * scores, features)
+        return measured.mean + measured.spread * scores
 
     def _standardisers(self, mod) -> tuple[Standardiser, Standardiser, Standardiser]:
         """The run's model's and the prior's scores on the task's successful measurements, and
