@@ -31,3 +31,10 @@ def test_the_agents_time_is_broken_down_where_it_went():
     report.agent_stage_seconds = {"search/replay_seconds": 0.4, "tile/policy_seconds": 0.04}
     line = next(x for x in format_summary(report).splitlines() if "agents + cost model" in x)
     assert line.endswith("250 ms per trial (of which trace replay 100, policy 10)")
+
+
+def test_a_resumed_run_counts_its_seconds_over_the_trials_it_measured():
+    report = report_of([TaskSummary("measured", 1, 1e6, 4, 0, 0.5)])
+    report.trials_resumed = 2  # of the 4 done: this process measured 2, in 1 s of agents
+    report.agent_seconds = {"search/agent_seconds": 1.0}
+    assert "500 ms per trial" in format_summary(report)

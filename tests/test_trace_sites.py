@@ -1,7 +1,5 @@
 """Trace sites on real TVM: every kind of decision the tile tuner acts on survives a round trip."""
 
-import sys
-
 from conftest import EXAMPLES, ROOT, conv2d_module
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -96,8 +94,8 @@ def test_the_serial_variant_runs_on_one_thread():
     assert "T.parallel" not in program and "T.vectorized" in program
 
 
-def test_replay_speed_tool_gets_the_same_schedules_on_threads(capsys):
-    sys.path.insert(0, str(ROOT / "tools"))
+def test_replay_speed_tool_gets_the_same_schedules_on_threads(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
     from replay_speed import main as replay_speed
 
     assert replay_speed([str(EXAMPLES / "mlp.onnx"), "--samples", "6", "--threads", "2"]) == 0

@@ -29,6 +29,7 @@ from harl.tvm_env import load_tensor_intrinsics
 
 
 def timed(work):
+    """`work()` and the seconds it took."""
     start = time.perf_counter()
     result = work()
     return result, time.perf_counter() - start

@@ -101,9 +101,10 @@ def format_summary(report: RunReport) -> str:
     lines.append(f"{'verified':<24} {verified}")
     resumed = f" ({report.trials_resumed} resumed)" if report.trials_resumed else ""
     lines.append(f"{'trials':<24} {report.trials_done} in {report.tune_seconds:.0f} s{resumed}")
-    if report.agent_seconds and report.trials_done:
-        per_trial = sum(report.agent_seconds.values()) / report.trials_done
-        stages = ", ".join(f"{STAGE_NAMES.get(key, key)} {seconds / report.trials_done * 1e3:.0f}"
+    measured_now = report.trials_done - report.trials_resumed  # what this process's seconds bought
+    if report.agent_seconds and measured_now > 0:
+        per_trial = sum(report.agent_seconds.values()) / measured_now
+        stages = ", ".join(f"{STAGE_NAMES.get(key, key)} {seconds / measured_now * 1e3:.0f}"
                            for key, seconds in report.agent_stage_seconds.items())
         lines.append(f"{'agents + cost model':<24} {per_trial * 1e3:.0f} ms per trial"
                      + (f" (of which {stages})" if stages else ""))

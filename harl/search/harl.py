@@ -67,6 +67,8 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
             scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
 
     def on_finish(work_dir: Path) -> None:
+        # The replay's stage is added as it happens; the scorer and the policy are shared by
+        # every task, so their counters are read once, here (the loop calls on_finish once).
         metrics.add_stage("search/feature_seconds", scorer.feature_seconds)
         metrics.add_stage("search/prediction_seconds", scorer.prediction_seconds)
         metrics.add_stage("tile/policy_seconds", policy.seconds)

@@ -135,7 +135,9 @@ class HarlSearchStrategy(PySearchStrategy):
                               policy=self.policy, options=initial_options(trace))
             self.sketches.append(Sketch(trace, tuner))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
+        start = time.perf_counter()
         self._seed_elites(database)
+        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
 
     def _sketch_traces(self, design_spaces) -> list:
         """The design spaces' traces, and for a small task their serial variants after them."""
@@ -339,8 +341,8 @@ class HarlSearchStrategy(PySearchStrategy):
                     picks.extend(self._fill_sketch(sketch_id, int(count), trust))
             if len(picks) >= wanted:
                 break
-        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         if not picks:  # the task's space is spent (or its samples keep failing): it ends
+            self.metrics.add("search/agent_seconds", time.perf_counter() - start)
             return None
         self.pending = [(sketch_id, state, state_of(sch.trace)) for sketch_id, state, sch in picks]
         shares = np.bincount([sketch_id for sketch_id, _, _ in picks],
@@ -353,6 +355,7 @@ class HarlSearchStrategy(PySearchStrategy):
         judged = self.scorer.own_weight(self.mod) > 0
         self.pending_scores = (list(self.scorer(self.context, candidates).scores)
                                if judged else None)
+        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:
