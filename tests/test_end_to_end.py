@@ -45,6 +45,13 @@ def test_report_history_and_database_agree(mlp_run):
     # A task may get no trial when its unscheduled nest, measured first, is a sliver of the model.
     assert all(task["best_ms"] > 0 and (task["trials"] > 0 or task["naive"])
                for task in report["tasks"])
+    # Where the search's time went: a breakdown of it (features and predictions only once a
+    # model ranks the task, which the prior does on x86 from the first batch).
+    stages = report["agent_stage_seconds"]
+    assert "search/replay_seconds" in stages and set(stages) <= {
+        "search/replay_seconds", "search/feature_seconds", "search/prediction_seconds",
+        "tile/policy_seconds"}
+    assert 0 < sum(stages.values()) <= report["agent_seconds"]["search/agent_seconds"] + 0.01
     rows = list(csv.DictReader((work_dir / "history.csv").open()))
     assert len([row for row in rows if row["trial"]]) == report["trials_done"]
     assert len(trial_record_lines(work_dir)) == report["trials_done"]

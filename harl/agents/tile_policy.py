@@ -12,13 +12,14 @@ Reads top to bottom like CleanRL's ppo.py: config, network, rollout buffer, upda
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
+
+from harl.report.metrics import MetricsLogger
 
 FEATURE_DIM = 2 * 164  # PerStoreFeature per store (164), pooled by mean and max
 SITE_KINDS = ("tile", "categorical", "compute_location", "parallel")
@@ -115,25 +116,24 @@ class Step:
 class TilePolicy:
     """The actor-critic shared by every sketch of every task of a run."""
 
-    def __init__(self, config: TilePolicyConfig, seed: int = 0) -> None:
+    def __init__(self, config: TilePolicyConfig, seed: int = 0,
+                 metrics: MetricsLogger | None = None) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else MetricsLogger()
         self.generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
         self.net = ActorCritic(config.hidden)
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate)
         self.updates = 0
-        self.seconds = 0.0  # spent acting and updating, for the run's report
 
     def act(self, moves: np.ndarray, score_changes: np.ndarray, state: np.ndarray,
             epsilon: float) -> tuple[int, float, float]:
         """Sample a move (uniformly with probability epsilon); return it, its log-prob, value."""
-        start = time.perf_counter()
-        with torch.no_grad():
+        with self.metrics.stage_timing("tile/policy_seconds"), torch.no_grad():
             probs = self._probs(torch.from_numpy(moves)[None], self._prior(score_changes)[None],
                                 torch.ones(1, len(moves), dtype=torch.bool), epsilon)[0]
             action = int(torch.multinomial(probs, 1, generator=self.generator))
             value = float(self.net.value(torch.from_numpy(state)[None])[0])
-        self.seconds += time.perf_counter() - start
         return action, float(torch.log(probs[action])), value
 
     def _prior(self, score_changes: np.ndarray) -> torch.Tensor:
@@ -179,7 +179,11 @@ class TilePolicy:
         """PPO on one batch of steps; returns the losses for the metrics file."""
         if len(steps) < 2:
             return {}
-        start = time.perf_counter()
+        with self.metrics.stage_timing("tile/policy_seconds"):
+            return self._update(steps, epsilon)
+
+    def _update(self, steps: list[Step], epsilon: float) -> dict[str, float]:
+        """`update`'s PPO epochs, top to bottom."""
         cfg = self.config
         data = self.batch(steps)
         advantages = data.advantages
@@ -200,7 +204,6 @@ class TilePolicy:
             nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
             self.optimizer.step()
         self.updates += 1
-        self.seconds += time.perf_counter() - start
         return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                 "entropy": entropy.item(), "approx_kl": (data.logprobs - logprobs).mean().item(),
                 "mean_reward": float(np.mean([s.reward for s in steps]))}

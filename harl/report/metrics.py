@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"  # in the work dir
@@ -36,6 +38,24 @@ class MetricsLogger:
     def add_stage(self, key: str, seconds: float) -> None:
         """Add to a breakdown of the totals' seconds (e.g. the search's trace replay)."""
         self.stages[key] = self.stages.get(key, 0.0) + float(seconds)
+
+    @contextmanager
+    def timing(self, key: str) -> Iterator[None]:
+        """`add(key, seconds)` for the seconds the block takes."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(key, time.perf_counter() - start)
+
+    @contextmanager
+    def stage_timing(self, key: str) -> Iterator[None]:
+        """`add_stage(key, seconds)` for the seconds the block takes."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_stage(key, time.perf_counter() - start)
 
     def dump(self, **context) -> None:
         if not self._values:

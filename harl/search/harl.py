@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from harl.agents import checkpoint
@@ -24,9 +23,8 @@ def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
     train = xgb.update
 
     def timed_update(*args, **kwargs):
-        start = time.perf_counter()
-        train(*args, **kwargs)
-        metrics.add("cost_model/update_seconds", time.perf_counter() - start)
+        with metrics.timing("cost_model/update_seconds"):
+            train(*args, **kwargs)
         scorer.note_update()
 
     xgb.update = timed_update
@@ -51,9 +49,9 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     metrics = MetricsLogger()
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
-    scorer = ProgramScorer(cost_model._inst, cost_prior)
+    scorer = ProgramScorer(cost_model._inst, cost_prior, metrics=metrics)
     _time_updates(cost_model._inst, metrics, scorer)
-    policy = TilePolicy(search.tile.policy, seed)
+    policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,
                                   max_in_flight=1 if overlap else 0)
@@ -67,11 +65,6 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
             scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
 
     def on_finish(work_dir: Path) -> None:
-        # The replay's stage is added as it happens; the scorer and the policy are shared by
-        # every task, so their counters are read once, here (the loop calls on_finish once).
-        metrics.add_stage("search/feature_seconds", scorer.feature_seconds)
-        metrics.add_stage("search/prediction_seconds", scorer.prediction_seconds)
-        metrics.add_stage("tile/policy_seconds", policy.seconds)
         agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())

@@ -4,7 +4,6 @@ and a measure callback that hands it every batch's results (the final batches in
 from __future__ import annotations
 
 import math
-import time
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
@@ -48,9 +47,8 @@ class HarlTaskScheduler(PyTaskScheduler):
         for task_id, record in enumerate(records):
             if record.is_terminated:
                 self.allocator.finish(task_id)
-        start = time.perf_counter()
-        choice = self.allocator.select(busy=busy)
-        self.metrics.add("alloc/agent_seconds", time.perf_counter() - start)
+        with self.metrics.timing("alloc/agent_seconds"):
+            choice = self.allocator.select(busy=busy)
         while choice is None and busy:  # only tasks in flight are open: wait for the oldest
             self._join(busy.pop(0))
             choice = self.allocator.select(busy=busy)

@@ -135,9 +135,8 @@ class HarlSearchStrategy(PySearchStrategy):
                               policy=self.policy, options=initial_options(trace))
             self.sketches.append(Sketch(trace, tuner))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
-        start = time.perf_counter()
-        self._seed_elites(database)
-        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
+        with self.metrics.timing("search/agent_seconds"):
+            self._seed_elites(database)
 
     def _sketch_traces(self, design_spaces) -> list:
         """The design spaces' traces, and for a small task their serial variants after them."""
@@ -191,13 +190,11 @@ class HarlSearchStrategy(PySearchStrategy):
 
         The seeds are drawn here, in order, so the schedules do not depend on the threads.
         """
-        start = time.perf_counter()
-        seeds = [int(self.rng.integers(1 << 30)) for _ in states]
-        trace = self.sketches[sketch_id].trace
-        schedules = schedules_of(self.mod, [with_state(trace, state) for state in states],
-                                 self.postprocs, seeds, self.workers)
-        self.metrics.add_stage("search/replay_seconds", time.perf_counter() - start)
-        return schedules
+        with self.metrics.stage_timing("search/replay_seconds"):
+            seeds = [int(self.rng.integers(1 << 30)) for _ in states]
+            trace = self.sketches[sketch_id].trace
+            return schedules_of(self.mod, [with_state(trace, state) for state in states],
+                                self.postprocs, seeds, self.workers)
 
     def _evaluator(self, sketch_id: int, cache: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
@@ -326,11 +323,14 @@ class HarlSearchStrategy(PySearchStrategy):
         return evaluate
 
     def generate_measure_candidates(self):
-        start = time.perf_counter()
         remaining = self.max_trials - self.trials
         if remaining <= 0 or not self.sketches:
             return None
-        wanted = min(self.batch_size, remaining)
+        with self.metrics.timing("search/agent_seconds"):
+            return self._next_batch(min(self.batch_size, remaining))
+
+    def _next_batch(self, wanted: int) -> list[MeasureCandidate] | None:
+        """Up to `wanted` new candidates spread over the sketches; None when none is left."""
         trust = self._batch_trust()
         self.metrics.record("tile/batch_trust", trust)
         picks = []
@@ -342,7 +342,6 @@ class HarlSearchStrategy(PySearchStrategy):
             if len(picks) >= wanted:
                 break
         if not picks:  # the task's space is spent (or its samples keep failing): it ends
-            self.metrics.add("search/agent_seconds", time.perf_counter() - start)
             return None
         self.pending = [(sketch_id, state, state_of(sch.trace)) for sketch_id, state, sch in picks]
         shares = np.bincount([sketch_id for sketch_id, _, _ in picks],
@@ -355,7 +354,6 @@ class HarlSearchStrategy(PySearchStrategy):
         judged = self.scorer.own_weight(self.mod) > 0
         self.pending_scores = (list(self.scorer(self.context, candidates).scores)
                                if judged else None)
-        self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +10,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from harl.agents.model_trust import rank_correlation
 from harl.agents.tile_tuner import Evaluation
 from harl.interrupt import check_interrupt
+from harl.report.metrics import MetricsLogger
 from harl.resume import FAILED_RUN_SECS
 from harl.search.cost_prior import CostPrior
 
@@ -84,9 +84,11 @@ class ProgramScorer:
 
     def __init__(self, xgb=None, prior: CostPrior | None = None,
                  equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
-                 min_task_samples: int = MIN_TASK_SAMPLES) -> None:
+                 min_task_samples: int = MIN_TASK_SAMPLES,
+                 metrics: MetricsLogger | None = None) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
+        self.metrics = metrics if metrics is not None else MetricsLogger()
         self.xgb = xgb
         self.prior = prior
         self.equal_weight_samples = equal_weight_samples
@@ -95,8 +97,6 @@ class ProgramScorer:
         self.rng = np.random.default_rng(0)
         self.trained_on: dict[str, int] = {}  # workload hash -> successful measurements
         self._reference: dict[str, tuple] = {}  # workload hash -> (data version, standardisers)
-        self.feature_seconds = 0.0  # spent extracting features, for the run's report
-        self.prediction_seconds = 0.0  # spent predicting from them
         self.note_update()
 
     def note_update(self) -> None:
@@ -143,14 +143,12 @@ class ProgramScorer:
         by_prior, weight = self.uses_prior(context.mod), self.own_weight(context.mod)
         if not (by_prior or weight):  # no features needed for a guess
             return Evaluation(self.rng.uniform(size=len(candidates)))
-        start = time.perf_counter()
-        raw = [x.numpy().astype("float32") for x in self.extractor.extract_from(context,
-                                                                                 candidates)]
-        features = np.stack([pooled(x) for x in raw])
-        extracted = time.perf_counter()
-        self.feature_seconds += extracted - start
-        scores = self._predict(context.mod, raw, by_prior, weight)
-        self.prediction_seconds += time.perf_counter() - extracted
+        with self.metrics.stage_timing("search/feature_seconds"):
+            raw = [x.numpy().astype("float32")
+                   for x in self.extractor.extract_from(context, candidates)]
+            features = np.stack([pooled(x) for x in raw])
+        with self.metrics.stage_timing("search/prediction_seconds"):
+            scores = self._predict(context.mod, raw, by_prior, weight)
         return Evaluation(scores, features)
 
     def _predict(self, mod, raw: list[np.ndarray], by_prior: bool, weight: float) -> np.ndarray:
