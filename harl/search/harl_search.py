@@ -203,9 +203,10 @@ class HarlSearchStrategy(PySearchStrategy):
         features: dict[State, np.ndarray] = {}
 
         def evaluate(states: list[State]) -> Evaluation:
-            new = [state for state in dict.fromkeys(states) if state not in cache]
+            distinct = list(dict.fromkeys(states))
+            new = [state for state in distinct if state not in cache]
             cache.update(zip(new, self._materialize_all(sketch_id, new), strict=True))
-            todo = [state for state in dict.fromkeys(states)
+            todo = [state for state in distinct
                     if state not in scores and cache[state] is not None]
             if todo:
                 scored = self.scorer(self.context, [self._candidate(cache[s]) for s in todo])
