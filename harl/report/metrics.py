@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 METRICS_FILE = "metrics.jsonl"  # in the work dir
@@ -39,23 +39,13 @@ class MetricsLogger:
         """Add to a breakdown of the totals' seconds (e.g. the search's trace replay)."""
         self.stages[key] = self.stages.get(key, 0.0) + float(seconds)
 
-    @contextmanager
-    def timing(self, key: str) -> Iterator[None]:
+    def timing(self, key: str) -> AbstractContextManager[None]:
         """`add(key, seconds)` for the seconds the block takes."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(key, time.perf_counter() - start)
+        return _timed(self.add, key)
 
-    @contextmanager
-    def stage_timing(self, key: str) -> Iterator[None]:
+    def stage_timing(self, key: str) -> AbstractContextManager[None]:
         """`add_stage(key, seconds)` for the seconds the block takes."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add_stage(key, time.perf_counter() - start)
+        return _timed(self.add_stage, key)
 
     def dump(self, **context) -> None:
         if not self._values:
@@ -71,3 +61,12 @@ class MetricsLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+@contextmanager
+def _timed(add: Callable[[str, float], None], key: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        add(key, time.perf_counter() - start)
