@@ -61,10 +61,6 @@ class TileTunerConfig:
     """initial share of a batch measured from fresh random samples"""
     stall_batches: int = 2
     """batches without improvement after which exploration grows"""
-    patience: int = 3
-    """steps without a new best after which a trajectory stops early (HARL's adaptive stopping):
-    the length a stalled task grows to is room to explore, not steps to spend wandering below
-    a trajectory's best"""
     policy: TilePolicyConfig = field(default_factory=TilePolicyConfig)
 
 
@@ -218,7 +214,7 @@ class TileTuner:
         visited.update(zip(starts, map(float, first.scores), strict=True))
         for k, state in enumerate(starts):
             current, score, features = state, float(first.scores[k]), first.features[k]
-            best, since_best = (score, current), 0
+            best = (score, current)
             for t in range(self.trajectory_length):
                 moves = list(self._proposals(current).items())
                 if not moves:
@@ -239,15 +235,12 @@ class TileTuner:
                 action, logprob, value = self.policy.act(inputs, changes, state_in, self.epsilon)
                 current, score, features = (moves[action][0], float(next_scores[action]),
                                             next_features[action])
-                since_best = 0 if score > best[0] else since_best + 1
                 best = max(best, (score, current), key=lambda pair: pair[0])
                 if learn:
                     self.steps.append(Step(inputs, changes.astype(np.float32), action, logprob,
                                            state_in, value, float(changes[action]), last=False))
                     self.step_of[current] = len(self.steps) - 1
                     self.predicted[current] = score
-                if since_best >= self.config.patience:
-                    break
             if learn and self.steps:
                 self.steps[-1].last = True
             if np.isfinite(best[0]):
