@@ -8,6 +8,7 @@ from harl.agents.tile_tuner import is_legal, propose
 from harl.search.trace_sites import (
     initial_options,
     parallel_options,
+    schedule_of,
     serial_variant,
     site_kind,
     site_of,
@@ -101,3 +102,13 @@ def test_replay_speed_tool_gets_the_same_schedules_on_threads(capsys, monkeypatc
     assert replay_speed([str(EXAMPLES / "mlp.onnx"), "--samples", "6", "--threads", "2"]) == 0
     said = capsys.readouterr().out
     assert "the same schedules on 2 threads: True" in said and "features:" in said
+
+
+def test_a_seed_of_zero_draws_a_schedule():
+    """The search draws seeds from [0, 2^30); TVM rejects 0 (its "no seed"), which must not
+    end a run one draw in a billion."""
+    context = conv_context()
+    trace = context.generate_design_space()[0].trace.simplified(remove_postproc=True)
+    sch = schedule_of(context.mod, with_state(trace, None),
+                      context.space_generator.postprocs, 0)
+    assert sch is not None and state_of(sch.trace)

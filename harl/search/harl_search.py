@@ -44,11 +44,15 @@ class HarlSearchConfig:
     fresh_samples: int = 4
     """fresh samples per sketch and batch that start trajectories (the pool's best predicted)"""
     fresh_pool: int = 64
-    """random samples drawn per sketch and batch once a cost model ranks the task (the run's
-    once it has learned, or the prior): it scores them all, trajectories start from the best,
-    and with enough trust the batch's fresh share is measured from the top of the pool (a model
+    """random samples a sketch's pool holds once a cost model ranks the task (the run's once
+    it has learned, or the prior): it scores them all, trajectories start from the best, and
+    with enough trust the batch's fresh share is measured from the top of the pool (a model
     that ranks only moderately well still enriches the top of a broad pool far more than a
     local search can)"""
+    fresh_refill: int = 16
+    """new random samples drawn into a sketch's pool per batch after its first: the pool's best
+    unmeasured samples stay, with their features, and the current model ranks them again (a
+    sample's features do not change; replaying and featurising it is most of its cost)"""
     screen_trust: float = 0.3
     """trust (see `trust_window`) from which the cost model chooses which fresh samples are
     measured"""
@@ -79,6 +83,8 @@ class Sketch:
     trace: object
     tuner: TileTuner
     elites: list[tuple[float, State]] = field(default_factory=list)
+    pool: dict[State, np.ndarray] = field(default_factory=dict)
+    """unmeasured fresh samples kept for the next batch, with their per-store features"""
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
@@ -156,6 +162,7 @@ class HarlSearchStrategy(PySearchStrategy):
         structures = [structure_of(sketch.trace.insts) for sketch in self.sketches]
         workload = database.commit_workload(self.mod)  # the stored one: nothing is written
         top = database.get_top_k(workload, 4 * self.config.elites_per_sketch * len(structures))
+        stored: dict[int, list[tuple[float, State]]] = {}  # sketch -> records, best first
         for record in top:
             insts = list(record.trace.insts)
             names = structure_of(insts)
@@ -167,14 +174,14 @@ class HarlSearchStrategy(PySearchStrategy):
             decisions = {inst: value for inst, value in record.trace.decisions.items()
                          if any(inst.same_as(x) for x in prefix)}
             latency = float(np.mean([float(x) for x in record.run_secs]))
-            state = state_of(Trace(prefix, decisions))
-            (sch,) = self._materialize_all(sketch_id, [state])
-            if sch is not None:  # measured already: not again
-                self.measured.add(tvm_ffi.structural_hash(sch.mod))
-            sketch = self.sketches[sketch_id]
-            if len(sketch.elites) < self.config.elites_per_sketch:
-                sketch.elites.append((latency, state))
+            stored.setdefault(sketch_id, []).append((latency, state_of(Trace(prefix, decisions))))
             self.best_s = min(self.best_s, latency)
+        for sketch_id, records in stored.items():  # one replay call per sketch: on the threads
+            states = [state for _, state in records]
+            for sch in self._materialize_all(sketch_id, states):
+                if sch is not None:  # measured already: not again
+                    self.measured.add(tvm_ffi.structural_hash(sch.mod))
+            self.sketches[sketch_id].elites = records[: self.config.elites_per_sketch]
 
     def post_tuning(self) -> None:
         self.pending, self.pending_scores = [], None
@@ -196,20 +203,24 @@ class HarlSearchStrategy(PySearchStrategy):
             return schedules_of(self.mod, [with_state(trace, state) for state in states],
                                 self.postprocs, seeds, self.workers)
 
-    def _evaluator(self, sketch_id: int, cache: dict):
+    def _evaluator(self, sketch_id: int, cache: dict, raws: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
-        does not change, so a state the trajectories come back to is scored once."""
+        does not change, so a state the trajectories come back to is scored once.
+
+        `cache` gets each state's schedule (None: illegal) and `raws` its per-store features;
+        a state already in `raws` (carried in the sketch's pool) is legal and needs no replay.
+        """
         scores: dict[State, float] = {}
         features: dict[State, np.ndarray] = {}
 
         def evaluate(states: list[State]) -> Evaluation:
             distinct = list(dict.fromkeys(states))
-            new = [state for state in distinct if state not in cache]
+            new = [state for state in distinct if state not in cache and state not in raws]
             cache.update(zip(new, self._materialize_all(sketch_id, new), strict=True))
-            todo = [state for state in distinct
-                    if state not in scores and cache[state] is not None]
+            todo = [state for state in distinct if state not in scores
+                    and (state in raws or cache[state] is not None)]
             if todo:
-                scored = self.scorer(self.context, [self._candidate(cache[s]) for s in todo])
+                scored = self._score(todo, cache, raws)
                 for i, state in enumerate(todo):
                     scores[state] = float(scored.scores[i])
                     if scored.features is not None:
@@ -223,6 +234,17 @@ class HarlSearchStrategy(PySearchStrategy):
                     result.features[i] = features[state]
             return result
         return evaluate
+
+    def _score(self, states: list[State], cache: dict, raws: dict) -> Evaluation:
+        """The cost model's scores of legal `states`, featurising those not in `raws` yet."""
+        if not self.scorer.needs_features(self.mod):
+            return self.scorer.guess(len(states))
+        missing = [state for state in states if state not in raws]
+        if missing:
+            found = self.scorer.features(self.context,
+                                         [self._candidate(cache[s]) for s in missing])
+            raws.update(zip(missing, found, strict=True))
+        return self.scorer.score(self.mod, [raws[state] for state in states])
 
     @staticmethod
     def _candidate(sch) -> MeasureCandidate:
@@ -269,8 +291,11 @@ class HarlSearchStrategy(PySearchStrategy):
         n_fresh = fresh_count(count, bool(sketch.elites), trust,
                               sketch.tuner.fresh_share, self.config.max_fresh_share)
         cache: dict[State, object] = {}
+        raws: dict[State, np.ndarray] = dict(sketch.pool) if learned else {}
         fresh: list[State] = []
-        drawn = max(self.config.fresh_pool, count) if learned else count
+        drawn = count
+        if learned:
+            drawn = max(self.config.fresh_refill if raws else self.config.fresh_pool, count)
         for sch in self._materialize_all(sketch_id, [None] * drawn):
             if sch is not None:
                 state = state_of(sch.trace)
@@ -281,12 +306,13 @@ class HarlSearchStrategy(PySearchStrategy):
             if site.kind == "compute_location":
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         guided: list[State] = []
-        evaluate = (self._evaluator(sketch_id, cache) if learned
+        evaluate = (self._evaluator(sketch_id, cache, raws) if learned
                     else self._random_evaluator(sketch_id, cache))
         ranked = fresh
-        if learned:
-            scores = evaluate(fresh).scores
-            ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
+        if learned:  # the pool: the samples carried from earlier batches and the new ones
+            pool = list(dict.fromkeys([*sketch.pool, *fresh]))
+            scores = evaluate(pool).scores
+            ranked = [pool[i] for i in np.argsort(-scores, kind="stable")]
         if sketch.elites:
             elites = [state for _, state in sketch.elites]
             found = sketch.tuner.search(
@@ -298,10 +324,14 @@ class HarlSearchStrategy(PySearchStrategy):
         if learned and trust >= self.config.screen_trust:
             fresh = ranked
         picks: list[tuple[int, State, object]] = []
+        spent: set[State] = set()  # looked at here: picked, measured before, or illegal
         for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
             if len(picks) >= count:
                 break
-            sch = cache.get(state)
+            spent.add(state)
+            if state not in cache:  # carried in the pool without its schedule
+                (cache[state],) = self._materialize_all(sketch_id, [state])
+            sch = cache[state]
             if sch is None:
                 continue
             key = tvm_ffi.structural_hash(sch.mod)
@@ -309,12 +339,16 @@ class HarlSearchStrategy(PySearchStrategy):
                 continue
             self.measured.add(key)
             picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some
+        if learned:
+            kept = [s for s in ranked if s not in spent and s in raws]
+            sketch.pool = {s: raws[s] for s in kept[: self.config.fresh_pool
+                                                    - self.config.fresh_refill]}
         self.metrics.record(f"tile/fresh_picked_{sketch_id}", n_fresh / max(1, count))
         return picks
 
     def _random_evaluator(self, sketch_id: int, cache: dict):
         """Random scores for the legal states: trajectories become random mutations."""
-        legal = self._evaluator(sketch_id, cache)
+        legal = self._evaluator(sketch_id, cache, {})
 
         def evaluate(states: list[State]) -> Evaluation:
             result = legal(states)  # -inf where illegal; features stay zero (not extracted)
