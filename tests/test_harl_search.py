@@ -156,15 +156,24 @@ def test_the_pool_keeps_its_unmeasured_samples_and_their_features():
     config = strategy.config
     first = strategy._fill_sketch(0, 2, trust=1.0)  # no elites yet: the pool's top two
     pool = {state: float(x[0, 0]) for state, x in strategy.sketches[0].pool.items()}
-    assert 0 < len(pool) <= config.fresh_pool - config.fresh_refill
+    assert len(pool) == config.fresh_pool - config.fresh_refill  # the best unmeasured, capped
     assert not {state for _, state, _ in first} & set(pool)
-    assert len(featurised) >= config.fresh_pool // 2  # a whole pool was drawn
+    assert len(featurised) > len(pool)  # the first batch drew a whole pool
     featurised.clear()
     second = strategy._fill_sketch(0, 2, trust=1.0)
     assert not set(featurised) & set(pool)  # the kept samples were ranked from their features
     assert 0 < len(featurised) <= config.fresh_refill
     best_two = sorted({**pool, **featurised}.values())[:2]
     assert sorted(fake_latency(sch) for _, _, sch in second) == pytest.approx(best_two)
+    assert {state for _, state, _ in second} & set(pool)  # a kept sample, replayed to measure
+    kept = {state: float(x[0, 0]) for state, x in strategy.sketches[0].pool.items()}
+    assert len(kept) == config.fresh_pool - config.fresh_refill
+    assert not {state for _, state, _ in second} & set(kept)
+    featurised.clear()
+    strategy.scorer.direction = -1  # a new model, ranking the other way round: scored again
+    third = strategy._fill_sketch(0, 2, trust=1.0)
+    worst_two = sorted({**kept, **featurised}.values())[-2:]
+    assert sorted(fake_latency(sch) for _, _, sch in third) == pytest.approx(worst_two)
 
 
 def test_a_small_task_also_searches_its_sketches_on_one_thread():
@@ -263,9 +272,6 @@ class RankingScorer:
 
     def own_weight(self, mod):
         return 1.0
-
-    def needs_features(self, mod):
-        return True
 
     def features(self, context, candidates):  # a fake feature: the candidate's fake latency
         return [np.array([[fake_latency(c.sch)]]) for c in candidates]

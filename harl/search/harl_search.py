@@ -44,15 +44,20 @@ class HarlSearchConfig:
     fresh_samples: int = 4
     """fresh samples per sketch and batch that start trajectories (the pool's best predicted)"""
     fresh_pool: int = 64
-    """random samples a sketch's pool holds once a cost model ranks the task (the run's once
-    it has learned, or the prior): it scores them all, trajectories start from the best, and
-    with enough trust the batch's fresh share is measured from the top of the pool (a model
-    that ranks only moderately well still enriches the top of a broad pool far more than a
-    local search can)"""
+    """random samples a sketch's pool is filled to each batch once a cost model ranks the task
+    (the run's once it has learned, or the prior): it scores them all, trajectories start from
+    the best, and with enough trust the batch's fresh share is measured from the top of the pool
+    (a model that ranks only moderately well still enriches the top of a broad pool far more
+    than a local search can)"""
     fresh_refill: int = 16
-    """new random samples drawn into a sketch's pool per batch after its first: the pool's best
-    unmeasured samples stay, with their features, and the current model ranks them again (a
-    sample's features do not change; replaying and featurising it is most of its cost)"""
+    """new random samples drawn into a sketch's pool per batch at least: between batches the
+    pool keeps its best `fresh_pool - fresh_refill` unmeasured samples, with their features,
+    for the next model to rank again (a sample's features do not change, and replaying and
+    featurising it is most of its cost)"""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fresh_refill <= self.fresh_pool:
+            raise ValueError(f"fresh_refill must be in (0, fresh_pool], got {self.fresh_refill}")
     screen_trust: float = 0.3
     """trust (see `trust_window`) from which the cost model chooses which fresh samples are
     measured"""
@@ -78,7 +83,8 @@ class HarlSearchConfig:
 
 @dataclass
 class Sketch:
-    """One design space: its trace, the tuner of its decisions, and its best measured states."""
+    """One design space: its trace, the tuner of its decisions, its best measured states and
+    its pool of unmeasured samples."""
 
     trace: object
     tuner: TileTuner
@@ -237,7 +243,7 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def _score(self, states: list[State], cache: dict, raws: dict) -> Evaluation:
         """The cost model's scores of legal `states`, featurising those not in `raws` yet."""
-        if not self.scorer.needs_features(self.mod):
+        if not self.scorer.ranks(self.mod):
             return self.scorer.guess(len(states))
         missing = [state for state in states if state not in raws]
         if missing:
@@ -284,7 +290,8 @@ class HarlSearchStrategy(PySearchStrategy):
         from the best-predicted fresh samples). Once a model ranks the task (the run's once it
         has learned, or the prior) it scores a pool of fresh samples, steers the trajectories,
         and with enough trust chooses which fresh samples are measured (a new task's first ones
-        too); before, trajectories are random mutations.
+        too); before, trajectories are random mutations. The pool's best unmeasured samples
+        stay for the next batch, which tops it up with new ones.
         """
         sketch = self.sketches[sketch_id]
         learned = self.scorer.ranks(self.mod)
@@ -295,7 +302,7 @@ class HarlSearchStrategy(PySearchStrategy):
         fresh: list[State] = []
         drawn = count
         if learned:
-            drawn = max(self.config.fresh_refill if raws else self.config.fresh_pool, count)
+            drawn = max(self.config.fresh_pool - len(raws), self.config.fresh_refill, count)
         for sch in self._materialize_all(sketch_id, [None] * drawn):
             if sch is not None:
                 state = state_of(sch.trace)
@@ -323,13 +330,16 @@ class HarlSearchStrategy(PySearchStrategy):
                       if found.visited[s] > -np.inf]
         if learned and trust >= self.config.screen_trust:
             fresh = ranked
+        order = fresh[:n_fresh] + guided + fresh[n_fresh:]
+        carried = [state for state in order[: 2 * count] if state not in cache]
+        cache.update(zip(carried, self._materialize_all(sketch_id, carried), strict=True))
         picks: list[tuple[int, State, object]] = []
         spent: set[State] = set()  # looked at here: picked, measured before, or illegal
-        for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
+        for state in order:
             if len(picks) >= count:
                 break
             spent.add(state)
-            if state not in cache:  # carried in the pool without its schedule
+            if state not in cache:  # kept in the pool without its schedule (memory)
                 (cache[state],) = self._materialize_all(sketch_id, [state])
             sch = cache[state]
             if sch is None:

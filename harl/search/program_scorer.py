@@ -138,18 +138,14 @@ class ProgramScorer:
         return own_weight_after(self.samples_of(mod), self.equal_weight_samples,
                                 self.min_task_samples)
 
-    def needs_features(self, mod) -> bool:
-        """Whether a model scores `mod`'s candidates (else a score is a guess: no features)."""
-        return self.uses_prior(mod) or self.own_weight(mod) > 0
-
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
-        if not self.needs_features(context.mod):
+        if not self.ranks(context.mod):
             return self.guess(len(candidates))
         return self.score(context.mod, self.features(context, candidates))
 
     def guess(self, count: int) -> Evaluation:
-        """Random scores, while no model ranks the task."""
-        check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
+        """Random scores, while no model ranks the task (no features needed)."""
+        check_interrupt()
         return Evaluation(self.rng.uniform(size=count))
 
     def features(self, context, candidates: list[MeasureCandidate]) -> list[np.ndarray]:
@@ -161,11 +157,12 @@ class ProgramScorer:
                     for x in self.extractor.extract_from(context, candidates)]
 
     def score(self, mod, raw: list[np.ndarray]) -> Evaluation:
-        """Scores of candidates of `mod` from their per-store features, with the pooled
-        features the tile policy reads."""
+        """Scores of candidates of `mod` (where `ranks`) from their per-store features, with
+        the pooled features the tile policy reads."""
+        check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
         with self.metrics.stage_timing("search/prediction_seconds"):
             scores = self._predict(mod, raw, self.uses_prior(mod), self.own_weight(mod))
-            return Evaluation(scores, np.stack([pooled(x) for x in raw]))
+        return Evaluation(scores, np.stack([pooled(x) for x in raw]))
 
     def _predict(self, mod, raw: list[np.ndarray], by_prior: bool, weight: float) -> np.ndarray:
         """Scores from the models that take part (see the class docstring)."""
