@@ -124,13 +124,13 @@ def test_a_state_is_scored_once_per_fill():
     counted = []
 
     class CountingScorer(RankingScorer):
-        def features(self, context, candidates):
+        def __call__(self, context, candidates):
             counted.extend(tvm_ffi.structural_hash(c.sch.mod) for c in candidates)
-            return super().features(context, candidates)
+            return super().__call__(context, candidates)
 
     strategy, spaces = make_strategy(scorer=CountingScorer(1))
     strategy.pre_tuning(12, 4, spaces, None, None)
-    evaluate = strategy._evaluator(0, {}, {})
+    evaluate = strategy._evaluator(0, {})
     schedules = strategy._materialize_all(0, [None] * 3)
     first, second, _ = [state_of(sch.trace) for sch in schedules]
     once = evaluate([first, first, second])
@@ -139,41 +139,6 @@ def test_a_state_is_scored_once_per_fill():
     assert list(again.scores) == [once.scores[2], once.scores[0]]
     assert np.isfinite(once.scores).all() and once.features.shape == (3, FEATURE_DIM)
     assert evaluate([]).scores.shape == (0,)
-
-
-def test_the_pool_keeps_its_unmeasured_samples_and_their_features():
-    featurised: dict = {}  # state -> its fake latency, for each state featurised
-
-    class CountingScorer(RankingScorer):
-        def features(self, context, candidates):
-            raw = super().features(context, candidates)
-            featurised.update((state_of(c.sch.trace), float(x[0, 0]))
-                              for c, x in zip(candidates, raw, strict=True))
-            return raw
-
-    strategy, spaces = make_strategy(scorer=CountingScorer(1))
-    strategy.pre_tuning(12, 4, spaces, None, None)
-    config = strategy.config
-    first = strategy._fill_sketch(0, 2, trust=1.0)  # no elites yet: the pool's top two
-    pool = {state: float(x[0, 0]) for state, x in strategy.sketches[0].pool.items()}
-    assert len(pool) == config.fresh_pool - config.fresh_refill  # the best unmeasured, capped
-    assert not {state for _, state, _ in first} & set(pool)
-    assert len(featurised) > len(pool)  # the first batch drew a whole pool
-    featurised.clear()
-    second = strategy._fill_sketch(0, 2, trust=1.0)
-    assert not set(featurised) & set(pool)  # the kept samples were ranked from their features
-    assert 0 < len(featurised) <= config.fresh_refill
-    best_two = sorted({**pool, **featurised}.values())[:2]
-    assert sorted(fake_latency(sch) for _, _, sch in second) == pytest.approx(best_two)
-    assert {state for _, state, _ in second} & set(pool)  # a kept sample, replayed to measure
-    kept = {state: float(x[0, 0]) for state, x in strategy.sketches[0].pool.items()}
-    assert len(kept) == config.fresh_pool - config.fresh_refill
-    assert not {state for _, state, _ in second} & set(kept)
-    featurised.clear()
-    strategy.scorer.direction = -1  # a new model, ranking the other way round: scored again
-    third = strategy._fill_sketch(0, 2, trust=1.0)
-    worst_two = sorted({**kept, **featurised}.values())[-2:]
-    assert sorted(fake_latency(sch) for _, _, sch in third) == pytest.approx(worst_two)
 
 
 def test_a_small_task_also_searches_its_sketches_on_one_thread():
@@ -273,14 +238,8 @@ class RankingScorer:
     def own_weight(self, mod):
         return 1.0
 
-    def features(self, context, candidates):  # a fake feature: the candidate's fake latency
-        return [np.array([[fake_latency(c.sch)]]) for c in candidates]
-
-    def score(self, mod, raw):
-        return Evaluation(np.array([self.direction / x[0, 0] for x in raw]))
-
     def __call__(self, context, candidates):
-        return self.score(context.mod, self.features(context, candidates))
+        return Evaluation(np.array([self.direction / fake_latency(c.sch) for c in candidates]))
 
     def holdout_trust(self, mod):
         return None  # judged only on what it predicted before measurement

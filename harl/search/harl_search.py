@@ -44,20 +44,11 @@ class HarlSearchConfig:
     fresh_samples: int = 4
     """fresh samples per sketch and batch that start trajectories (the pool's best predicted)"""
     fresh_pool: int = 64
-    """random samples a sketch's pool is filled to each batch once a cost model ranks the task
-    (the run's once it has learned, or the prior): it scores them all, trajectories start from
-    the best, and with enough trust the batch's fresh share is measured from the top of the pool
-    (a model that ranks only moderately well still enriches the top of a broad pool far more
-    than a local search can)"""
-    fresh_refill: int = 16
-    """new random samples drawn into a sketch's pool per batch at least: between batches the
-    pool keeps its best `fresh_pool - fresh_refill` unmeasured samples, with their features,
-    for the next model to rank again (a sample's features do not change, and replaying and
-    featurising it is most of its cost)"""
-
-    def __post_init__(self) -> None:
-        if not 0 < self.fresh_refill <= self.fresh_pool:
-            raise ValueError(f"fresh_refill must be in (0, fresh_pool], got {self.fresh_refill}")
+    """random samples drawn per sketch and batch once a cost model ranks the task (the run's
+    once it has learned, or the prior): it scores them all, trajectories start from the best,
+    and with enough trust the batch's fresh share is measured from the top of the pool (a model
+    that ranks only moderately well still enriches the top of a broad pool far more than a
+    local search can)"""
     screen_trust: float = 0.3
     """trust (see `trust_window`) from which the cost model chooses which fresh samples are
     measured"""
@@ -83,14 +74,11 @@ class HarlSearchConfig:
 
 @dataclass
 class Sketch:
-    """One design space: its trace, the tuner of its decisions, its best measured states and
-    its pool of unmeasured samples."""
+    """One design space: its trace, the tuner of its decisions, and its best measured states."""
 
     trace: object
     tuner: TileTuner
     elites: list[tuple[float, State]] = field(default_factory=list)
-    pool: dict[State, np.ndarray] = field(default_factory=dict)
-    """unmeasured fresh samples kept for the next batch, with their per-store features"""
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
@@ -209,24 +197,20 @@ class HarlSearchStrategy(PySearchStrategy):
             return schedules_of(self.mod, [with_state(trace, state) for state in states],
                                 self.postprocs, seeds, self.workers)
 
-    def _evaluator(self, sketch_id: int, cache: dict, raws: dict):
+    def _evaluator(self, sketch_id: int, cache: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
-        does not change, so a state the trajectories come back to is scored once.
-
-        `cache` gets each state's schedule (None: illegal) and `raws` its per-store features;
-        a state already in `raws` (carried in the sketch's pool) is legal and needs no replay.
-        """
+        does not change, so a state the trajectories come back to is scored once."""
         scores: dict[State, float] = {}
         features: dict[State, np.ndarray] = {}
 
         def evaluate(states: list[State]) -> Evaluation:
             distinct = list(dict.fromkeys(states))
-            new = [state for state in distinct if state not in cache and state not in raws]
+            new = [state for state in distinct if state not in cache]
             cache.update(zip(new, self._materialize_all(sketch_id, new), strict=True))
-            todo = [state for state in distinct if state not in scores
-                    and (state in raws or cache[state] is not None)]
+            todo = [state for state in distinct
+                    if state not in scores and cache[state] is not None]
             if todo:
-                scored = self._score(todo, cache, raws)
+                scored = self.scorer(self.context, [self._candidate(cache[s]) for s in todo])
                 for i, state in enumerate(todo):
                     scores[state] = float(scored.scores[i])
                     if scored.features is not None:
@@ -240,17 +224,6 @@ class HarlSearchStrategy(PySearchStrategy):
                     result.features[i] = features[state]
             return result
         return evaluate
-
-    def _score(self, states: list[State], cache: dict, raws: dict) -> Evaluation:
-        """The cost model's scores of legal `states`, featurising those not in `raws` yet."""
-        if not self.scorer.ranks(self.mod):
-            return self.scorer.guess(len(states))
-        missing = [state for state in states if state not in raws]
-        if missing:
-            found = self.scorer.features(self.context,
-                                         [self._candidate(cache[s]) for s in missing])
-            raws.update(zip(missing, found, strict=True))
-        return self.scorer.score(self.mod, [raws[state] for state in states])
 
     @staticmethod
     def _candidate(sch) -> MeasureCandidate:
@@ -290,19 +263,15 @@ class HarlSearchStrategy(PySearchStrategy):
         from the best-predicted fresh samples). Once a model ranks the task (the run's once it
         has learned, or the prior) it scores a pool of fresh samples, steers the trajectories,
         and with enough trust chooses which fresh samples are measured (a new task's first ones
-        too); before, trajectories are random mutations. The pool's best unmeasured samples
-        stay for the next batch, which tops it up with new ones.
+        too); before, trajectories are random mutations.
         """
         sketch = self.sketches[sketch_id]
         learned = self.scorer.ranks(self.mod)
         n_fresh = fresh_count(count, bool(sketch.elites), trust,
                               sketch.tuner.fresh_share, self.config.max_fresh_share)
         cache: dict[State, object] = {}
-        raws: dict[State, np.ndarray] = dict(sketch.pool) if learned else {}
         fresh: list[State] = []
-        drawn = count
-        if learned:
-            drawn = max(self.config.fresh_pool - len(raws), self.config.fresh_refill, count)
+        drawn = max(self.config.fresh_pool, count) if learned else count
         for sch in self._materialize_all(sketch_id, [None] * drawn):
             if sch is not None:
                 state = state_of(sch.trace)
@@ -313,13 +282,12 @@ class HarlSearchStrategy(PySearchStrategy):
             if site.kind == "compute_location":
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         guided: list[State] = []
-        evaluate = (self._evaluator(sketch_id, cache, raws) if learned
+        evaluate = (self._evaluator(sketch_id, cache) if learned
                     else self._random_evaluator(sketch_id, cache))
         ranked = fresh
-        if learned:  # the pool: the samples carried from earlier batches and the new ones
-            pool = list(dict.fromkeys([*sketch.pool, *fresh]))
-            scores = evaluate(pool).scores
-            ranked = [pool[i] for i in np.argsort(-scores, kind="stable")]
+        if learned:
+            scores = evaluate(fresh).scores
+            ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         if sketch.elites:
             elites = [state for _, state in sketch.elites]
             found = sketch.tuner.search(
@@ -330,18 +298,11 @@ class HarlSearchStrategy(PySearchStrategy):
                       if found.visited[s] > -np.inf]
         if learned and trust >= self.config.screen_trust:
             fresh = ranked
-        order = fresh[:n_fresh] + guided + fresh[n_fresh:]
-        carried = [state for state in order[: 2 * count] if state not in cache]
-        cache.update(zip(carried, self._materialize_all(sketch_id, carried), strict=True))
         picks: list[tuple[int, State, object]] = []
-        spent: set[State] = set()  # looked at here: picked, measured before, or illegal
-        for state in order:
+        for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
             if len(picks) >= count:
                 break
-            spent.add(state)
-            if state not in cache:  # kept in the pool without its schedule (memory)
-                (cache[state],) = self._materialize_all(sketch_id, [state])
-            sch = cache[state]
+            sch = cache.get(state)
             if sch is None:
                 continue
             key = tvm_ffi.structural_hash(sch.mod)
@@ -349,16 +310,12 @@ class HarlSearchStrategy(PySearchStrategy):
                 continue
             self.measured.add(key)
             picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some
-        if learned:
-            kept = [s for s in ranked if s not in spent and s in raws]
-            sketch.pool = {s: raws[s] for s in kept[: self.config.fresh_pool
-                                                    - self.config.fresh_refill]}
         self.metrics.record(f"tile/fresh_picked_{sketch_id}", n_fresh / max(1, count))
         return picks
 
     def _random_evaluator(self, sketch_id: int, cache: dict):
         """Random scores for the legal states: trajectories become random mutations."""
-        legal = self._evaluator(sketch_id, cache, {})
+        legal = self._evaluator(sketch_id, cache)
 
         def evaluate(states: list[State]) -> Evaluation:
             result = legal(states)  # -inf where illegal; features stay zero (not extracted)

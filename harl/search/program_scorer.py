@@ -139,30 +139,17 @@ class ProgramScorer:
                                 self.min_task_samples)
 
     def __call__(self, context, candidates: list[MeasureCandidate]) -> Evaluation:
-        if not self.ranks(context.mod):
-            return self.guess(len(candidates))
-        return self.score(context.mod, self.features(context, candidates))
-
-    def guess(self, count: int) -> Evaluation:
-        """Random scores, while no model ranks the task (no features needed)."""
-        check_interrupt()
-        return Evaluation(self.rng.uniform(size=count))
-
-    def features(self, context, candidates: list[MeasureCandidate]) -> list[np.ndarray]:
-        """Each candidate's per-store features: the costly part of a score, and the same
-        whatever the model (so a caller may keep them for states it scores again)."""
-        check_interrupt()
-        with self.metrics.stage_timing("search/feature_seconds"):
-            return [x.numpy().astype("float32")
-                    for x in self.extractor.extract_from(context, candidates)]
-
-    def score(self, mod, raw: list[np.ndarray]) -> Evaluation:
-        """Scores of candidates of `mod` (where `ranks`) from their per-store features, with
-        the pooled features the tile policy reads."""
         check_interrupt()  # called hundreds of times per batch: Ctrl-C need not wait for it
+        by_prior, weight = self.uses_prior(context.mod), self.own_weight(context.mod)
+        if not (by_prior or weight):  # no features needed for a guess
+            return Evaluation(self.rng.uniform(size=len(candidates)))
+        with self.metrics.stage_timing("search/feature_seconds"):
+            raw = [x.numpy().astype("float32")
+                   for x in self.extractor.extract_from(context, candidates)]
+            features = np.stack([pooled(x) for x in raw])
         with self.metrics.stage_timing("search/prediction_seconds"):
-            scores = self._predict(mod, raw, self.uses_prior(mod), self.own_weight(mod))
-        return Evaluation(scores, np.stack([pooled(x) for x in raw]))
+            scores = self._predict(context.mod, raw, by_prior, weight)
+        return Evaluation(scores, features)
 
     def _predict(self, mod, raw: list[np.ndarray], by_prior: bool, weight: float) -> np.ndarray:
         """Scores from the models that take part (see the class docstring)."""
