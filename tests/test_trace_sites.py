@@ -105,7 +105,7 @@ def test_replay_speed_tool_gets_the_same_schedules_on_threads(capsys, monkeypatc
 
 
 def test_a_seed_of_zero_draws_a_schedule():
-    """The search draws seeds from [0, 2^30); TVM rejects 0 (its "no seed"), which must not
+    """The search draws seeds from [0, 2^30); TVM raises on 0, which must not
     end a run one draw in a billion."""
     context = conv_context()
     trace = context.generate_design_space()[0].trace.simplified(remove_postproc=True)

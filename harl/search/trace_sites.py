@@ -134,7 +134,7 @@ def structure_of(insts) -> list[tuple]:
 def schedule_of(mod, trace, postprocs, seed: int):
     """`trace` applied to `mod` (undecided samples drawn with `seed`), then the postprocs; None
     when it is illegal or a postproc rejects it."""
-    # TVM rejects seed 0 (its "no seed"); errors are dropped, not rendered
+    # TVM takes seeds from 1 (0 raises); errors are dropped, not rendered
     sch = Schedule(mod, seed=max(1, seed), debug_mask=0, error_render_level="none")
     try:
         trace.apply_to_schedule(sch, remove_postproc=True)
