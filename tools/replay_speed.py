@@ -35,6 +35,11 @@ def timed(work):
     return result, time.perf_counter() - start
 
 
+def program_hashes(schedules) -> list:
+    """Each schedule's program hash (None where the replay failed)."""
+    return [None if sch is None else tvm_ffi.structural_hash(sch.mod) for sch in schedules]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -58,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     serial, serial_s = timed(lambda: schedules_of(task.mod, traces, postprocs, seeds))
     threaded, threaded_s = timed(
         lambda: schedules_of(task.mod, traces, postprocs, seeds, args.threads))
-    same = [None if s is None else tvm_ffi.structural_hash(s.mod) for s in serial] == [
-        None if s is None else tvm_ffi.structural_hash(s.mod) for s in threaded]
+    same = program_hashes(serial) == program_hashes(threaded)
     legal = [s for s in serial if s is not None]
     print(f"{task.name} ({task.flop / 1e6:.2f} MFLOP): {len(legal)} of {args.samples} samples "
           f"legal; the same schedules on {args.threads} threads: {same}")
