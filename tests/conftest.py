@@ -82,6 +82,30 @@ def tiny_matmul(tmp_path) -> Path:
 
 
 @pytest.fixture
+def conv_bn_model(tmp_path) -> Path:
+    """y = relu(batch_norm(conv3x3(x))), x: [1, 8, 16, 16], 16 output channels, no conv bias."""
+    rng = np.random.default_rng(0)
+    channels = 16
+    tensors = {
+        "W": rng.standard_normal((channels, 8, 3, 3)) / 8,
+        "scale": rng.uniform(0.5, 1.5, channels),
+        "bias": rng.standard_normal(channels),
+        "mean": rng.standard_normal(channels),
+        "var": rng.uniform(0.5, 2.0, channels),
+    }
+    return save_model(
+        tmp_path / "conv_bn.onnx",
+        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"]),
+         helper.make_node("Relu", ["b"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 16, 16])],
+        [numpy_helper.from_array(value.astype("float32"), name)
+         for name, value in tensors.items()],
+    )
+
+
+@pytest.fixture
 def symbolic_model(tmp_path) -> Path:
     """Relu over an input of shape [batch, 4]."""
     return save_model(

@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 
 from harl.errors import HarlError
+from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
 from harl.frontend.onnx_model import import_to_relax, load_onnx, parse_input_shape
+from harl.frontend.tasks import extract_tasks
+from harl.target import parse_target
 
 
 def test_parse_input_shape():
@@ -65,3 +68,19 @@ def test_unsupported_operator_is_named(unsupported_op_model):
     model = load_onnx(unsupported_op_model)
     with pytest.raises(HarlError, match="Celu"):
         import_to_relax(model)
+
+
+def test_batch_norm_fuses_into_the_conv_before_it(conv_bn_model):
+    model = load_onnx(conv_bn_model)
+    relax_mod = import_to_relax(model)
+    target = parse_target("llvm")
+    tasks = extract_tasks(relax_mod, target)
+    # One task, conv + batch norm + relu; kept whole, the batch norm would be a second task.
+    assert [task.name.split("_")[:2] for task in tasks] == [["fused", "conv2d"]]
+    assert tasks[0].name.endswith("relu")
+    # The rewrite keeps the model's numbers.
+    compiled = CompiledModel(compile_model(relax_mod, target), target, ["x"])
+    inputs = model.random_inputs(0)
+    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
+                          list(model.output_names), rtol=1e-4, atol=1e-5)
+    assert check.verified, check
