@@ -81,28 +81,38 @@ def tiny_matmul(tmp_path) -> Path:
     )
 
 
-@pytest.fixture
-def conv_bn_model(tmp_path) -> Path:
-    """y = relu(batch_norm(conv3x3(x))), x: [1, 8, 16, 16], 16 output channels, no conv bias."""
+def save_conv_bn_model(path: Path, conv_bias: bool = False, dtype: str = "float32") -> Path:
+    """y = relu(batch_norm(conv3x3(x))), x: [1, 8, 16, 16], 16 output channels."""
+    elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     rng = np.random.default_rng(0)
     channels = 16
     tensors = {
         "W": rng.standard_normal((channels, 8, 3, 3)) / 8,
+        "B": rng.standard_normal(channels),
         "scale": rng.uniform(0.5, 1.5, channels),
         "bias": rng.standard_normal(channels),
         "mean": rng.standard_normal(channels),
         "var": rng.uniform(0.5, 2.0, channels),
     }
+    if not conv_bias:
+        del tensors["B"]
     return save_model(
-        tmp_path / "conv_bn.onnx",
-        [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        path,
+        [helper.make_node("Conv", ["x", "W", "B"] if conv_bias else ["x", "W"], ["c"],
+                          pads=[1, 1, 1, 1]),
          helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"]),
          helper.make_node("Relu", ["b"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 16, 16])],
-        [numpy_helper.from_array(value.astype("float32"), name)
+        [helper.make_tensor_value_info("x", elem_type, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", elem_type, [1, channels, 16, 16])],
+        [numpy_helper.from_array(value.astype(dtype), name)
          for name, value in tensors.items()],
     )
+
+
+@pytest.fixture
+def conv_bn_model(tmp_path) -> Path:
+    """A conv without bias, then a batch norm and a relu."""
+    return save_conv_bn_model(tmp_path / "conv_bn.onnx")
 
 
 @pytest.fixture

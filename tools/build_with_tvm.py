@@ -30,6 +30,21 @@ def load_database(work_dir: Path):
     )
 
 
+def for_inference(mod):
+    """The passes harl applies after import: batch norms fold into the conv before them (TVM's
+    fold takes float32 only), or become arithmetic that fuses into it."""
+    def rewrite(fold: bool):
+        folds = [relax.transform.FoldBatchnormToConv2D()] if fold else []
+        return tvm.transform.Sequential([relax.transform.FoldConstant(), *folds,
+                                         relax.transform.DecomposeOpsForInference(),
+                                         relax.transform.CanonicalizeBindings()])(mod)
+
+    try:
+        return rewrite(fold=True)
+    except TypeError:
+        return rewrite(fold=False)
+
+
 def count_applied(mod, target, database) -> tuple[int, int]:
     """(functions scheduled by the database, tunable functions) after TVM's own fusion."""
     fuse = tvm.transform.Sequential([
@@ -76,9 +91,7 @@ def main() -> int:
         return 1
     target = records[0].target  # the target the schedules were tuned for
     mod = from_onnx(model, keep_params_in_input=False)
-    # As harl imports: batch norms become arithmetic that fuses into the conv before them.
-    mod = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
-                                    relax.transform.CanonicalizeBindings()])(mod)
+    mod = for_inference(mod)
     scheduled, total = count_applied(mod, target, database)
     print(f"tuned functions applied: {scheduled}/{total}")
 
