@@ -18,7 +18,7 @@ from harl.evaluate import (
     compile_model,
     latencies_within_ms,
 )
-from harl.frontend.onnx_model import OnnxModel, import_to_relax, load_onnx
+from harl.frontend.onnx_model import FOLDED_MODEL_FILE, OnnxModel, import_model, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
 from harl.report.history import TaskStats, last_history_time_s
@@ -73,7 +73,14 @@ def run(config: TuneConfig, out=None) -> RunReport:
     (work_dir / "logs").mkdir(exist_ok=True)
     quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
     load_tensor_intrinsics(target)
-    relax_mod = import_to_relax(model)
+    imported, relax_mod = import_model(model)
+    if imported.shapes_folded:
+        import onnx
+
+        onnx.save(imported.proto, str(work_dir / FOLDED_MODEL_FILE))
+        say(f"harl: {model.name} computes some tensor shapes in its graph; tuning it with them "
+            f"folded by onnxruntime (saved as {work_dir / FOLDED_MODEL_FILE}: the graph to "
+            "import for plain TVM builds with this log)")
     tasks = extract_tasks(relax_mod, target)
     # Builds, the search's threads and the cost model run here, whatever cores the target has
     # (its num-cores shapes the kernels: a farm's target may have 64 cores or one).

@@ -116,6 +116,42 @@ def conv_bn_model(tmp_path) -> Path:
 
 
 @pytest.fixture
+def shape_computing_model(tmp_path) -> Path:
+    """y = relu(first half of x along its last axis @ W), the half's size computed in the graph
+    from Shape(x) (as exporters write `chunk`), x: [1, 4, 16], W: [8, 8]."""
+    weight = np.random.default_rng(0).standard_normal((8, 8)).astype("float32")
+    ints = {"zero": [0], "last": [2], "two": [2], "axis": [2]}
+    return save_model(
+        tmp_path / "shape_computing.onnx",
+        [helper.make_node("Shape", ["x"], ["shape"]),
+         helper.make_node("Gather", ["shape", "last"], ["size"]),
+         helper.make_node("Div", ["size", "two"], ["half"]),
+         helper.make_node("Slice", ["x", "zero", "half", "axis"], ["h"]),
+         helper.make_node("MatMul", ["h", "W"], ["m"]),
+         helper.make_node("Relu", ["m"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+        [numpy_helper.from_array(weight, "W"),
+         *(numpy_helper.from_array(np.array(v, dtype="int64"), k) for k, v in ints.items())],
+    )
+
+
+@pytest.fixture
+def value_shaped_model(tmp_path) -> Path:
+    """x sliced up to the input `end`: the result's shape is known only from its value."""
+    ints = {"start": [0], "axis": [1]}
+    return save_model(
+        tmp_path / "value_shaped.onnx",
+        [helper.make_node("Slice", ["x", "start", "end", "axis"], ["h"]),
+         helper.make_node("Relu", ["h"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+         helper.make_tensor_value_info("end", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])],
+        [numpy_helper.from_array(np.array(v, dtype="int64"), k) for k, v in ints.items()],
+    )
+
+
+@pytest.fixture
 def symbolic_model(tmp_path) -> Path:
     """Relu over an input of shape [batch, 4]."""
     return save_model(

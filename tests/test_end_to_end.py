@@ -144,6 +144,21 @@ def test_another_model_in_the_same_work_dir_is_refused(mlp_run, tiny_matmul, tmp
     assert "holds a run of model" in line and "mlp.onnx" in line and "--fresh" in line
 
 
+def test_a_model_that_computes_shapes_is_tuned_folded_and_plain_tvm_reuses_the_log(
+        shape_computing_model, tmp_path):
+    work_dir = tmp_path / "run"
+    proc = harl_tune(shape_computing_model, "--trials", 2, "--work-dir", work_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "folded by onnxruntime" in proc.stdout
+    assert "verified                 true" in proc.stdout
+    folded = work_dir / "model_shapes_folded.onnx"
+    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
+                           str(folded), str(work_dir)],
+                          capture_output=True, text=True, timeout=300)
+    assert tool.returncode == 0, tool.stdout + tool.stderr
+    assert "outputs match: True" in tool.stdout
+
+
 def test_plain_tvm_reuses_the_log_of_a_model_with_batch_norm(conv_bn_model, tmp_path):
     # harl fuses each batch norm into its conv (TVM's DecomposeOpsForInference); the log's
     # workload is that fused function, which plain TVM finds after the same passes.

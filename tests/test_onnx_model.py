@@ -2,11 +2,17 @@
 
 import numpy as np
 import pytest
-from conftest import save_conv_bn_model
+from conftest import save_conv_bn_model, save_model
+from onnx import TensorProto, helper
 
 from harl.errors import HarlError
 from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
-from harl.frontend.onnx_model import import_to_relax, load_onnx, parse_input_shape
+from harl.frontend.onnx_model import (
+    import_model,
+    import_to_relax,
+    load_onnx,
+    parse_input_shape,
+)
 from harl.frontend.tasks import extract_tasks
 from harl.target import parse_target
 
@@ -91,3 +97,40 @@ def test_batch_norm_joins_the_conv_before_it(tmp_path, conv_bias, dtype, folded)
     check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
                           list(model.output_names), rtol=tolerance * 10, atol=tolerance)
     assert check.verified, check
+
+
+def test_shapes_the_graph_computes_are_folded_before_import(shape_computing_model):
+    # TVM's importer keeps Shape -> Gather -> Div -> Slice as run-time work, and the slice gets
+    # no static shape, which lowering refuses; onnxruntime's constant folding makes it static.
+    model = load_onnx(shape_computing_model)
+    imported, mod = import_model(model)
+    assert imported.shapes_folded and not model.shapes_folded
+    assert "Shape" not in {node.op_type for node in imported.proto.graph.node}
+    target = parse_target(None)
+    assert extract_tasks(mod, target)
+    compiled = CompiledModel(compile_model(mod, target), target, ["x"])
+    inputs = model.random_inputs(0)
+    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
+                          list(model.output_names), 1e-5, 1e-5)
+    assert check.verified, check
+
+
+def test_a_model_without_shape_computations_is_imported_as_it_is(tiny_matmul):
+    model = load_onnx(tiny_matmul)
+    imported, _ = import_model(model)
+    assert imported is model
+
+
+def test_a_shape_known_only_from_input_values_is_a_one_line_error(value_shaped_model):
+    with pytest.raises(HarlError, match="only known at run time"):
+        import_model(load_onnx(value_shaped_model))
+
+
+def test_a_failure_of_tvms_importer_is_a_one_line_error(tmp_path):
+    path = save_model(
+        tmp_path / "reshape_by_value.onnx", [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])])
+    with pytest.raises(HarlError, match="importer failed"):
+        import_model(load_onnx(path))

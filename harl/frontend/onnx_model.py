@@ -10,6 +10,8 @@ import numpy as np
 
 from harl.errors import HarlError
 
+FOLDED_MODEL_FILE = "model_shapes_folded.onnx"
+"""in the work dir: the graph tuned, where the model's own computes shapes (see import_model)"""
 _SHAPE_ARG = re.compile(r"^(?P<name>[^:]+):(?P<dims>\d+(,\d+)*)$")
 
 
@@ -30,6 +32,9 @@ class OnnxModel:
     proto: object  # onnx.ModelProto
     inputs: tuple[InputSpec, ...]
     output_names: tuple[str, ...]
+    shapes_folded: bool = False
+    """the graph is the original's with its run-time shape computations folded (see
+    `with_shapes_folded`)"""
 
     @property
     def name(self) -> str:
@@ -116,19 +121,91 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]) -> tuple[InputS
 
 
 def import_to_relax(model: OnnxModel):
+    """`import_model`'s Relax IRModule."""
+    return import_model(model)[1]
+
+
+def import_model(model: OnnxModel) -> tuple[OnnxModel, object]:
     """Import into a Relax IRModule with the weights bound as constants, ready for inference
-    (see `for_inference`)."""
+    (see `for_inference`); also returns the model whose graph was imported.
+
+    Exporters often compute shapes in the graph (Shape, Gather, Slice, Concat into a Reshape or
+    a Slice's bounds). TVM's importer keeps such a computation, and the tensors it shapes get
+    no static shape, which TVM's lowering cannot take. Then the graph imported is the model's
+    with those computations folded (`with_shapes_folded`).
+    """
+    mod = _relax_of(model)
+    if _runtime_shaped(mod) is None:
+        return model, for_inference(mod)
+    folded = with_shapes_folded(model)
+    mod = _relax_of(folded)
+    op = _runtime_shaped(mod)
+    if op is not None:
+        raise HarlError(f"{model.path}: the shape of a tensor ({op}) is only known at run time, "
+                        "even with the inputs' shapes fixed; harl tunes static shapes only")
+    return folded, for_inference(mod)
+
+
+def _relax_of(model: OnnxModel):
     import tvm
     from tvm.relax.frontend.onnx import from_onnx
 
     shape_dict = {spec.name: list(spec.shape) for spec in model.inputs}
     dtype_dict = {spec.name: spec.dtype for spec in model.inputs}
     try:
-        mod = from_onnx(model.proto, shape_dict=shape_dict, dtype_dict=dtype_dict,
-                        keep_params_in_input=False)
+        return from_onnx(model.proto, shape_dict=shape_dict, dtype_dict=dtype_dict,
+                         keep_params_in_input=False)
     except tvm.error.OpNotImplemented as err:
         raise HarlError(f"{model.path}: {_first_line(err)}") from None
-    return for_inference(mod)
+    except Exception as err:  # noqa: BLE001  (the importer raises whatever its converter does)
+        raise HarlError(f"{model.path}: TVM's ONNX importer failed: {_first_line(err)}") from None
+
+
+def _runtime_shaped(mod) -> str | None:
+    """The operator of the first tensor in `mod`'s main function whose shape is unknown before
+    run time, or None."""
+    from tvm import relax
+
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            if getattr(binding.var.ty, "shape", 0) is None:
+                value = binding.value
+                op = value.op if isinstance(value, relax.Call) else None
+                return getattr(op, "name", type(value).__name__)
+    return None
+
+
+def with_shapes_folded(model: OnnxModel) -> OnnxModel:
+    """`model` with its inputs' shapes fixed and the shape computations folded into constants,
+    by onnxruntime's basic graph optimisations (constant folding and redundant-node removal:
+    standard ONNX operators only, the same results)."""
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    shapes = {spec.name: spec.shape for spec in model.inputs}
+    for graph_input in proto.graph.input:
+        if graph_input.name in shapes:
+            dims = graph_input.type.tensor_type.shape.dim
+            for dim, size in zip(dims, shapes[graph_input.name], strict=True):
+                dim.Clear()
+                dim.dim_value = size
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="harl-fold-") as scratch:
+        options.optimized_model_filepath = str(Path(scratch) / "folded.onnx")
+        try:
+            ort.InferenceSession(proto.SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+            folded = onnx.load(options.optimized_model_filepath)
+        except Exception as err:  # noqa: BLE001  (onnxruntime raises its own kinds)
+            raise HarlError(f"{model.path}: some tensor shapes are computed at run time, and "
+                            f"onnxruntime could not fold them: {_first_line(err)}") from None
+    return OnnxModel(model.path, folded, model.inputs, model.output_names, shapes_folded=True)
 
 
 def for_inference(mod):
