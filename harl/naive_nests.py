@@ -81,14 +81,22 @@ def measure_naive_nests(tasks, indices: list[int], target, builder, runner, data
                         stats: list[TaskStats]) -> int:
     """Measure the unscheduled nest of `tasks[indices]`; commit the ones faster than the tuned.
 
-    Returns how many nests won. A nest that fails to build or run is skipped (inf).
+    Returns how many nests won. A nest that fails to build or run is skipped (inf), and so is a
+    task whose function has no root block to schedule (TVM's top-k: one block calling a sort).
     """
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+    schedules, schedulable = [], []
+    for index in indices:
+        try:
+            schedules.append(naive_schedule(tasks[index].mod))
+        except Exception:  # noqa: BLE001  (no root block: one opaque block, e.g. a library call)
+            continue
+        schedulable.append(index)
+    indices = schedulable  # a task without a nest of its own keeps its tuned kernels
     if not indices:
         return 0
-    schedules = [naive_schedule(tasks[i].mod) for i in indices]
     built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
     args = [ArgInfo.from_entry_func(sch.mod, remove_preproc=True) for sch in schedules]
     runnable = [k for k, result in enumerate(built) if not result.error_msg]

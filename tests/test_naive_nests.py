@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import tvm
 from conftest import matmul_module, save_model
 from onnx import TensorProto, helper
 from test_end_to_end import harl_tune
@@ -99,6 +100,34 @@ def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path):
 
     contexts = [ms.TuneContext(mod=task.mod, target=target) for task in tasks]
     assert warm_start_cost_model(Recording(), contexts, prior) == 0
+
+
+def opaque_copy_module():
+    """A function whose body is one opaque block and no root block (as TVM's top-k, which calls
+    a library sort): there is no nest to look up."""
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def main(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        with T.sblock("copy"):
+            T.reads()
+            T.writes()
+            for i in range(4):
+                b[i] = a[i]
+
+    return tvm.IRModule({"main": main})
+
+
+def test_a_task_without_a_root_block_costs_only_its_own_nest(tmp_path):
+    tasks = [TuningTask("opaque", opaque_copy_module(), 1.0, 1.0),
+             TuningTask("small", matmul_module(8), 1.0, 1.0)]
+    with pytest.raises(Exception, match="get-block"):
+        naive_schedule(tasks[0].mod)
+    stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
+    won = measure_naive_nests(tasks, [0, 1], parse_target(None), ms.builder.LocalBuilder(),
+                              FixedRunner([1e-6]), open_database(tmp_path), stats)
+    assert won == 1 and stats[1].naive_s == 1e-6
+    assert not math.isfinite(stats[0].naive_s)
 
 
 def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path):
