@@ -179,9 +179,10 @@ def main() -> None:
         print(f"wrote {args.out / name}.onnx")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    for name in ("mobile_block", "text_classifier"):
+    for name, weights in (("mobile_block", QuantType.QUInt8),
+                          ("text_classifier", QuantType.QInt8)):
         quantize_dynamic(str(args.out / f"{name}.onnx"), str(args.out / f"{name}_int8.onnx"),
-                         weight_type=QuantType.QUInt8)
+                         weight_type=weights)
         print(f"wrote {args.out / name}_int8.onnx")
 
 
