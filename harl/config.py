@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 
 def doc(text: str, **kwargs):
     """A dataclass field carrying its own help text."""
@@ -52,6 +54,15 @@ class VerifyConfig:
 
     rtol: float = doc("relative tolerance of the output check", default=1e-3)
     atol: float = doc("absolute tolerance of the output check", default=1e-4)
+    half_tol: float = doc("relative and absolute tolerance at least, where an output is a 16-bit "
+                          "float: float16's epsilon is 1e-3, and TVM and onnxruntime round sums "
+                          "of many products in different orders", default=1e-2)
+
+    def tolerances(self, dtypes) -> tuple[float, float]:
+        """(rtol, atol) for outputs of these numpy dtypes."""
+        if any(np.dtype(d).kind == "f" and np.dtype(d).itemsize <= 2 for d in dtypes):
+            return max(self.rtol, self.half_tol), max(self.atol, self.half_tol)
+        return self.rtol, self.atol
     latency_repeats: int = doc("latency samples per build (the median is reported)", default=20)
     timing_seconds: float = doc("about how long each build is timed: a slow one (a large model "
                                 "left untuned) gets fewer samples, at least one per round",

@@ -202,8 +202,9 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     untuned = CompiledModel(compile_model(relax_mod, target), target, names)
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 
-    check = check_outputs(tuned.run(inputs), reference.run(inputs), list(model.output_names),
-                          config.verify.rtol, config.verify.atol)
+    expected = reference.run(inputs)
+    check = check_outputs(tuned.run(inputs), expected, list(model.output_names),
+                          *config.verify.tolerances(output.dtype for output in expected))
     report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
     report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
 

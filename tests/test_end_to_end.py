@@ -7,7 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT, shipped_prior_applies, trial_record_lines
+from conftest import (
+    EXAMPLES,
+    ROOT,
+    save_conv_bn_model,
+    shipped_prior_applies,
+    trial_record_lines,
+)
 
 
 def harl_tune(*args, timeout=600):
@@ -157,6 +163,16 @@ def test_a_model_that_computes_shapes_is_tuned_folded_and_plain_tvm_reuses_the_l
                           capture_output=True, text=True, timeout=300)
     assert tool.returncode == 0, tool.stdout + tool.stderr
     assert "outputs match: True" in tool.stdout
+
+
+def test_a_float16_model_is_checked_with_float16_tolerances(tmp_path):
+    # TVM sums the conv's products in float16 in another order than onnxruntime: ~8e-3 apart,
+    # beyond float32's tolerances (1e-3 relative, 1e-4 absolute), within float16's.
+    model = save_conv_bn_model(tmp_path / "conv_bn16.onnx", conv_bias=True, dtype="float16")
+    proc = harl_tune(model, "--trials", 2, "--work-dir", tmp_path / "run")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "verified                 true" in proc.stdout
+    assert "(rtol 0.01, atol 0.01, vs onnxruntime)" in proc.stdout
 
 
 def test_plain_tvm_reuses_the_log_of_a_model_with_batch_norm(conv_bn_model, tmp_path):

@@ -50,3 +50,13 @@ def test_a_slow_build_is_timed_less_and_one_too_slow_keeps_its_probe_run():
     assert slower.timed_repeats == [] and slower.runs == 1  # over budget: its one run
     assert len(samples["slower"]) == 1 and samples["slower"][0] >= 300
     assert len(samples["fast"]) == len(samples["slow"]) == 4
+
+
+def test_float16_outputs_get_float16_tolerances():
+    from harl.config import VerifyConfig
+
+    config = VerifyConfig()
+    assert config.tolerances(["float32", "int64"]) == (1e-3, 1e-4)
+    assert config.tolerances(["float32", np.float16]) == (1e-2, 1e-2)
+    loose = VerifyConfig(rtol=0.1, atol=0.05)
+    assert loose.tolerances(["float16"]) == (0.1, 0.05)
