@@ -54,19 +54,20 @@ class VerifyConfig:
 
     rtol: float = doc("relative tolerance of the output check", default=1e-3)
     atol: float = doc("absolute tolerance of the output check", default=1e-4)
-    half_tol: float = doc("relative and absolute tolerance at least, where an output is a 16-bit "
-                          "float: float16's epsilon is 1e-3, and TVM and onnxruntime round sums "
-                          "of many products in different orders", default=1e-2)
-
-    def tolerances(self, dtypes) -> tuple[float, float]:
-        """(rtol, atol) for outputs of these numpy dtypes."""
-        if any(np.dtype(d).kind == "f" and np.dtype(d).itemsize <= 2 for d in dtypes):
-            return max(self.rtol, self.half_tol), max(self.atol, self.half_tol)
-        return self.rtol, self.atol
+    half_tol: float = doc("floor of rtol and atol when any output is float16: its epsilon is "
+                          "1e-3, and TVM and onnxruntime round sums of many products in "
+                          "different orders", default=1e-2)
     latency_repeats: int = doc("latency samples per build (the median is reported)", default=20)
     timing_seconds: float = doc("about how long each build is timed: a slow one (a large model "
                                 "left untuned) gets fewer samples, at least one per round",
                                 default=20.0)
+
+    def tolerances(self, dtypes) -> tuple[float, float]:
+        """(rtol, atol) for a model whose outputs have these numpy dtypes (one pair for all of
+        them: a model computing in float16 rounds its float32 outputs alike)."""
+        if any(np.dtype(d).kind == "f" and np.dtype(d).itemsize <= 2 for d in dtypes):
+            return max(self.rtol, self.half_tol), max(self.atol, self.half_tol)
+        return self.rtol, self.atol
 
 
 @dataclass(frozen=True)

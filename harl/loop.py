@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,8 +110,9 @@ def _measure_naive_nests(tasks, target, check: list[int], builder, runner, datab
         if say is not None:
             say(f"harl: warning: TVM's unscheduled loop nests not measured {when} ({err})")
         return
-    if check and say is not None:
-        say(f"harl: TVM's unscheduled loop nest of {len(check)} small task(s) measured {when}: "
+    measured = sum(math.isfinite(recorder.stats[index].naive_s) for index in check)
+    if measured and say is not None:
+        say(f"harl: TVM's unscheduled loop nest of {measured} small task(s) measured {when}: "
             + (f"{won} kept, no trials spent" if when == "before tuning"
                else f"faster than the tuned kernel in {won}"))
 

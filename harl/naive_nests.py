@@ -86,12 +86,13 @@ def measure_naive_nests(tasks, indices: list[int], target, builder, runner, data
     """
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.schedule import ScheduleError
 
     schedules, schedulable = [], []
     for index in indices:
         try:
             schedules.append(naive_schedule(tasks[index].mod))
-        except Exception:  # noqa: BLE001  (no root block: one opaque block, e.g. a library call)
+        except ScheduleError:  # no root block to look up: one opaque block, e.g. a library call
             continue
         schedulable.append(index)
     indices = schedulable  # a task without a nest of its own keeps its tuned kernels

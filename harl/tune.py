@@ -52,6 +52,17 @@ def resume_state(work_dir: Path, tasks) -> LoopResume:
     return LoopResume(database, stats, prior, last_history_time_s(work_dir / "history.csv"))
 
 
+def save_folded(model: OnnxModel, path: Path) -> str:
+    """Save the folded graph for plain TVM builds; says where, or why it could not."""
+    import onnx
+
+    try:  # past 2 GB a protobuf cannot hold the weights: they go to a file beside it
+        onnx.save(model.proto, str(path), save_as_external_data=model.proto.ByteSize() > 2**31 - 1)
+    except (OSError, ValueError) as err:
+        return f"not saved: {err}"
+    return f"saved as {path}: the graph to import for plain TVM builds with this log"
+
+
 def run(config: TuneConfig, out=None) -> RunReport:
     """Tune one model end to end and return its report (also written to the work dir)."""
     out = out if out is not None else sys.stdout
@@ -75,12 +86,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
     load_tensor_intrinsics(target)
     imported, relax_mod = import_model(model)
     if imported.shapes_folded:
-        import onnx
-
-        onnx.save(imported.proto, str(work_dir / FOLDED_MODEL_FILE))
         say(f"harl: {model.name} computes some tensor shapes in its graph; tuning it with them "
-            f"folded by onnxruntime (saved as {work_dir / FOLDED_MODEL_FILE}: the graph to "
-            "import for plain TVM builds with this log)")
+            f"folded by onnxruntime ({save_folded(imported, work_dir / FOLDED_MODEL_FILE)})")
     tasks = extract_tasks(relax_mod, target)
     # Builds, the search's threads and the cost model run here, whatever cores the target has
     # (its num-cores shapes the kernels: a farm's target may have 64 cores or one).

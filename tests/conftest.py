@@ -115,25 +115,59 @@ def conv_bn_model(tmp_path) -> Path:
     return save_conv_bn_model(tmp_path / "conv_bn.onnx")
 
 
+def save_shape_computing_model(path: Path, pattern: str = "slice",
+                               initializers_as_inputs: bool = False) -> Path:
+    """A model that computes a shape in its graph from Shape(x), as exporters write `chunk`,
+    `expand_as` or a padding to a multiple, then a relu (over a matmul for "slice").
+
+    - "slice": the first half of x [1, 4, 16] along its last axis, @ W [8, 8]: TVM's importer
+      leaves the slice without a shape;
+    - "expand": x [2, 1, 4] expanded to [x's batch, 3, 4]: it gets a symbolic shape;
+    - "pad": x [1, 8] padded at the end by its width / 4: the importer refuses it.
+    With `initializers_as_inputs`, every initializer is also listed as a graph input, as older
+    exporters write them.
+    """
+    def ints(name, values):
+        return numpy_helper.from_array(np.array(values, dtype="int64"), name)
+
+    shape = [helper.make_node("Shape", ["x"], ["shape"])]
+    if pattern == "slice":
+        nodes = [*shape, helper.make_node("Gather", ["shape", "last"], ["size"]),
+                 helper.make_node("Div", ["size", "two"], ["half"]),
+                 helper.make_node("Slice", ["x", "zero", "half", "last"], ["h"]),
+                 helper.make_node("MatMul", ["h", "W"], ["m"]),
+                 helper.make_node("Relu", ["m"], ["y"])]
+        weight = np.random.default_rng(0).standard_normal((8, 8)).astype("float32")
+        tensors = [numpy_helper.from_array(weight, "W"), ints("zero", [0]), ints("last", [2]),
+                   ints("two", [2])]
+        x, y = [1, 4, 16], [1, 4, 8]
+    elif pattern == "expand":
+        nodes = [*shape, helper.make_node("Gather", ["shape", "zero"], ["batch"]),
+                 helper.make_node("Concat", ["batch", "rest"], ["to"], axis=0),
+                 helper.make_node("Expand", ["x", "to"], ["e"]),
+                 helper.make_node("Relu", ["e"], ["y"])]
+        tensors = [ints("zero", [0]), ints("rest", [3, 4])]
+        x, y = [2, 1, 4], [2, 3, 4]
+    else:
+        nodes = [*shape, helper.make_node("Gather", ["shape", "one"], ["width"]),
+                 helper.make_node("Div", ["width", "four"], ["k"]),
+                 helper.make_node("Concat", ["zeros", "k"], ["pads"], axis=0),
+                 helper.make_node("Pad", ["x", "pads"], ["p"]),
+                 helper.make_node("Relu", ["p"], ["y"])]
+        tensors = [ints("one", [1]), ints("four", [4]), ints("zeros", [0, 0, 0])]
+        x, y = [1, 8], [1, 10]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)]
+    if initializers_as_inputs:
+        inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                   for t in tensors]
+    return save_model(path, nodes, inputs,
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], tensors)
+
+
 @pytest.fixture
 def shape_computing_model(tmp_path) -> Path:
-    """y = relu(first half of x along its last axis @ W), the half's size computed in the graph
-    from Shape(x) (as exporters write `chunk`), x: [1, 4, 16], W: [8, 8]."""
-    weight = np.random.default_rng(0).standard_normal((8, 8)).astype("float32")
-    ints = {"zero": [0], "last": [2], "two": [2], "axis": [2]}
-    return save_model(
-        tmp_path / "shape_computing.onnx",
-        [helper.make_node("Shape", ["x"], ["shape"]),
-         helper.make_node("Gather", ["shape", "last"], ["size"]),
-         helper.make_node("Div", ["size", "two"], ["half"]),
-         helper.make_node("Slice", ["x", "zero", "half", "axis"], ["h"]),
-         helper.make_node("MatMul", ["h", "W"], ["m"]),
-         helper.make_node("Relu", ["m"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
-        [numpy_helper.from_array(weight, "W"),
-         *(numpy_helper.from_array(np.array(v, dtype="int64"), k) for k, v in ints.items())],
-    )
+    """See save_shape_computing_model ("slice")."""
+    return save_shape_computing_model(tmp_path / "shape_computing.onnx")
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import save_conv_bn_model, save_model
+from conftest import save_conv_bn_model, save_model, save_shape_computing_model
 from onnx import TensorProto, helper
 
 from harl.errors import HarlError
@@ -99,13 +99,21 @@ def test_batch_norm_joins_the_conv_before_it(tmp_path, conv_bias, dtype, folded)
     assert check.verified, check
 
 
-def test_shapes_the_graph_computes_are_folded_before_import(shape_computing_model):
-    # TVM's importer keeps Shape -> Gather -> Div -> Slice as run-time work, and the slice gets
-    # no static shape, which lowering refuses; onnxruntime's constant folding makes it static.
-    model = load_onnx(shape_computing_model)
+@pytest.mark.parametrize(("pattern", "initializers_as_inputs"),
+                         [("slice", False), ("slice", True), ("expand", False), ("pad", False)])
+def test_shapes_the_graph_computes_are_folded_before_import(tmp_path, pattern,
+                                                           initializers_as_inputs):
+    # TVM's importer keeps Shape -> Gather -> ... as run-time work: the slice gets no static
+    # shape, the expand a symbolic one, and the pad is refused; lowering takes none of them.
+    # onnxruntime's constant folding makes them static (also where the exporter listed the
+    # initializers as graph inputs, which onnxruntime would not fold).
+    path = save_shape_computing_model(tmp_path / f"{pattern}.onnx", pattern,
+                                      initializers_as_inputs)
+    model = load_onnx(path)
     imported, mod = import_model(model)
     assert imported.shapes_folded and not model.shapes_folded
-    assert "Shape" not in {node.op_type for node in imported.proto.graph.node}
+    shape_arithmetic = {"Shape", "Gather", "Div", "Concat"}
+    assert not shape_arithmetic & {node.op_type for node in imported.proto.graph.node}
     target = parse_target(None)
     assert extract_tasks(mod, target)
     compiled = CompiledModel(compile_model(mod, target), target, ["x"])

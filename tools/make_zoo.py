@@ -3,7 +3,7 @@
     python tools/make_zoo.py --out logs/zoo
     for m in logs/zoo/*.onnx; do
         python -m harl.tune $m --trials 16 --work-dir logs/zoo/runs/$(basename $m .onnx)
-    done
+    done  # encoder.onnx ends at its symbolic batch: rerun it with --input-shape x:1,16,64
 
 A robustness sweep, not a benchmark: depthwise convs with ReLU6 and batch norms, a transformer
 encoder layer (symbolic batch: tune it with --input-shape x:1,16,64), a GRU (which TVM's importer

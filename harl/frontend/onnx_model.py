@@ -11,7 +11,8 @@ import numpy as np
 from harl.errors import HarlError
 
 FOLDED_MODEL_FILE = "model_shapes_folded.onnx"
-"""in the work dir: the graph tuned, where the model's own computes shapes (see import_model)"""
+"""in the work dir: the graph harl tuned when the model computes tensor shapes in its graph
+(see import_model); plain TVM builds import this one"""
 _SHAPE_ARG = re.compile(r"^(?P<name>[^:]+):(?P<dims>\d+(,\d+)*)$")
 
 
@@ -129,21 +130,34 @@ def import_model(model: OnnxModel) -> tuple[OnnxModel, object]:
     """Import into a Relax IRModule with the weights bound as constants, ready for inference
     (see `for_inference`); also returns the model whose graph was imported.
 
-    Exporters often compute shapes in the graph (Shape, Gather, Slice, Concat into a Reshape or
-    a Slice's bounds). TVM's importer keeps such a computation, and the tensors it shapes get
-    no static shape, which TVM's lowering cannot take. Then the graph imported is the model's
-    with those computations folded (`with_shapes_folded`).
+    Exporters often compute shapes in the graph (Shape -> Gather -> Concat into a Reshape, an
+    Expand or a Slice's bounds). TVM's importer keeps such a computation as run-time work: the
+    tensors it shapes get no static shape (or a symbolic one), which TVM's lowering cannot
+    take, and some of its converters refuse such inputs outright. Then the graph imported is
+    the model's with those computations folded (`with_shapes_folded`).
     """
-    mod = _relax_of(model)
-    if _runtime_shaped(mod) is None:
+    try:
+        mod, failure = _relax_of(model), None
+    except _ImportFailed as err:
+        mod, failure = None, err
+    if mod is not None and _runtime_shaped(mod) is None:
         return model, for_inference(mod)
-    folded = with_shapes_folded(model)
-    mod = _relax_of(folded)
+    try:
+        folded = with_shapes_folded(model)
+        mod = _relax_of(folded)
+    except HarlError:
+        if failure is not None:  # the importer's own complaint says more than the fold's
+            raise failure from None
+        raise
     op = _runtime_shaped(mod)
     if op is not None:
         raise HarlError(f"{model.path}: the shape of a tensor ({op}) is only known at run time, "
                         "even with the inputs' shapes fixed; harl tunes static shapes only")
     return folded, for_inference(mod)
+
+
+class _ImportFailed(HarlError):
+    """TVM's importer raised on an operator it does implement (it may take a folded graph)."""
 
 
 def _relax_of(model: OnnxModel):
@@ -158,27 +172,35 @@ def _relax_of(model: OnnxModel):
     except tvm.error.OpNotImplemented as err:
         raise HarlError(f"{model.path}: {_first_line(err)}") from None
     except Exception as err:  # noqa: BLE001  (the importer raises whatever its converter does)
-        raise HarlError(f"{model.path}: TVM's ONNX importer failed: {_first_line(err)}") from None
+        raise _ImportFailed(f"{model.path}: TVM's ONNX importer failed: "
+                            f"{_first_line(err)}") from None
 
 
 def _runtime_shaped(mod) -> str | None:
-    """The operator of the first tensor in `mod`'s main function whose shape is unknown before
-    run time, or None."""
+    """The operator of the first tensor in `mod`'s main function whose shape is not a list of
+    constants (unknown, or symbolic: known only at run time), or None."""
     from tvm import relax
+    from tvm.tirx import IntImm
 
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
-            if getattr(binding.var.ty, "shape", 0) is None:
+            ty = binding.var.ty
+            if not isinstance(ty, relax.TensorType):
+                continue
+            values = getattr(ty.shape, "values", None)  # None: no shape, or a shape variable
+            if values is None or not all(isinstance(v, IntImm) for v in values):
                 value = binding.value
-                op = value.op if isinstance(value, relax.Call) else None
-                return getattr(op, "name", type(value).__name__)
+                op = value.op if isinstance(value, relax.Call) else value
+                return str(getattr(op, "name", None) or getattr(op, "global_symbol", None)
+                           or type(op).__name__)
     return None
 
 
 def with_shapes_folded(model: OnnxModel) -> OnnxModel:
     """`model` with its inputs' shapes fixed and the shape computations folded into constants,
-    by onnxruntime's basic graph optimisations (constant folding and redundant-node removal:
-    standard ONNX operators only, the same results)."""
+    by onnxruntime's basic graph optimisations: constant folding, redundant-node removal and a
+    few fusions (a conv with the batch norm or scale after it), standard ONNX operators only,
+    the same results up to rounding."""
     import tempfile
 
     import onnx
@@ -186,13 +208,21 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
 
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
+    if proto.ir_version >= 4:  # before 4, every initializer had to be a graph input
+        # onnxruntime does not fold an initializer that is also a graph input (a caller could
+        # feed it), and many exporters list every weight as one.
+        initializers = {tensor.name for tensor in proto.graph.initializer}
+        kept = [graph_input for graph_input in proto.graph.input
+                if graph_input.name not in initializers]
+        del proto.graph.input[:]
+        proto.graph.input.extend(kept)
     shapes = {spec.name: spec.shape for spec in model.inputs}
     for graph_input in proto.graph.input:
         if graph_input.name in shapes:
-            dims = graph_input.type.tensor_type.shape.dim
-            for dim, size in zip(dims, shapes[graph_input.name], strict=True):
-                dim.Clear()
-                dim.dim_value = size
+            shape = graph_input.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shapes[graph_input.name]:
+                shape.dim.add().dim_value = size
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.log_severity_level = 3
