@@ -115,6 +115,11 @@ def conv_bn_model(tmp_path) -> Path:
     return save_conv_bn_model(tmp_path / "conv_bn.onnx")
 
 
+def int64_tensor(name: str, values) -> TensorProto:
+    """An int64 initializer (shapes, indices, axes)."""
+    return numpy_helper.from_array(np.array(values, dtype="int64"), name)
+
+
 def save_shape_computing_model(path: Path, pattern: str = "slice",
                                initializers_as_inputs: bool = False) -> Path:
     """A model that computes a shape in its graph from Shape(x), as exporters write `chunk`,
@@ -127,9 +132,7 @@ def save_shape_computing_model(path: Path, pattern: str = "slice",
     With `initializers_as_inputs`, every initializer is also listed as a graph input, as older
     exporters write them.
     """
-    def ints(name, values):
-        return numpy_helper.from_array(np.array(values, dtype="int64"), name)
-
+    ints = int64_tensor
     shape = [helper.make_node("Shape", ["x"], ["shape"])]
     if pattern == "slice":
         nodes = [*shape, helper.make_node("Gather", ["shape", "last"], ["size"]),
@@ -173,7 +176,6 @@ def shape_computing_model(tmp_path) -> Path:
 @pytest.fixture
 def value_shaped_model(tmp_path) -> Path:
     """x sliced up to the input `end`: the result's shape is known only from its value."""
-    ints = {"start": [0], "axis": [1]}
     return save_model(
         tmp_path / "value_shaped.onnx",
         [helper.make_node("Slice", ["x", "start", "end", "axis"], ["h"]),
@@ -181,7 +183,7 @@ def value_shaped_model(tmp_path) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
          helper.make_tensor_value_info("end", TensorProto.INT64, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None])],
-        [numpy_helper.from_array(np.array(v, dtype="int64"), k) for k, v in ints.items()],
+        [int64_tensor("start", [0]), int64_tensor("axis", [1])],
     )
 
 

@@ -77,6 +77,15 @@ def test_unsupported_operator_is_named(unsupported_op_model):
         import_to_relax(model)
 
 
+def assert_matches_onnxruntime(relax_mod, model, target, rtol: float, atol: float) -> None:
+    """`relax_mod` compiled computes what onnxruntime computes for `model` (input "x")."""
+    compiled = CompiledModel(compile_model(relax_mod, target), target, ["x"])
+    inputs = model.random_inputs(0)
+    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
+                          list(model.output_names), rtol=rtol, atol=atol)
+    assert check.verified, check
+
+
 @pytest.mark.parametrize(("conv_bias", "dtype", "folded"), [
     (False, "float32", True),  # into the conv's weights and one bias add
     (True, "float32", False),  # after a conv bias: arithmetic on its statistics
@@ -91,12 +100,8 @@ def test_batch_norm_joins_the_conv_before_it(tmp_path, conv_bias, dtype, folded)
     assert name.startswith("fused_conv2d") and name.endswith("relu")
     assert ("divide" not in name) == folded
     # The rewrite keeps the model's numbers.
-    compiled = CompiledModel(compile_model(relax_mod, target), target, ["x"])
-    inputs = model.random_inputs(0)
     tolerance = 1e-5 if dtype == "float32" else 1e-2
-    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
-                          list(model.output_names), rtol=tolerance * 10, atol=tolerance)
-    assert check.verified, check
+    assert_matches_onnxruntime(relax_mod, model, target, rtol=tolerance * 10, atol=tolerance)
 
 
 @pytest.mark.parametrize(("pattern", "initializers_as_inputs"),
@@ -116,11 +121,7 @@ def test_shapes_the_graph_computes_are_folded_before_import(tmp_path, pattern,
     assert not shape_arithmetic & {node.op_type for node in imported.proto.graph.node}
     target = parse_target(None)
     assert extract_tasks(mod, target)
-    compiled = CompiledModel(compile_model(mod, target), target, ["x"])
-    inputs = model.random_inputs(0)
-    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
-                          list(model.output_names), 1e-5, 1e-5)
-    assert check.verified, check
+    assert_matches_onnxruntime(mod, model, target, rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_without_shape_computations_is_imported_as_it_is(tiny_matmul):
