@@ -21,6 +21,7 @@ from harl.evaluate import (
 from harl.frontend.onnx_model import FOLDED_MODEL_FILE, OnnxModel, import_model, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
+from harl.measure.threads import use_physical_cores
 from harl.report.history import TaskStats, last_history_time_s
 from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
@@ -71,6 +72,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         raise HarlError(f"--trials must be a positive number, got {config.trials}")
 
     # 1. Model, target, and the work dir's earlier run if any
+    runtime_threads, threads_set = use_physical_cores()  # before any kernel runs here
     model = load_onnx(config.model, config.input_shapes)
     target = parse_target(config.target)
     if config.rpc is not None:  # fail in seconds, before import and extraction, if nobody serves
@@ -95,6 +97,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
     batch = config.trials_per_batch or default_batch_size(config.trials, len(tasks))
     say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
         f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")
+    if threads_set:
+        say(f"harl: TVM's runtime runs kernels here on {runtime_threads} threads, one per core "
+            "(set TVM_NUM_THREADS to choose; plain TVM builds need it too)")
     if config.rpc is not None:
         say(f"harl: measuring on RPC key {config.rpc.key!r} at "
             f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
@@ -142,6 +147,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         agent_stage_seconds={k: round(v, 3) for k, v in (
             plan.metrics.stages if plan is not None and plan.metrics else {}).items()},
         cost_prior=cost_prior is not None,
+        runtime_threads=runtime_threads,
     )
     if config.evaluate:
         compile_database = database

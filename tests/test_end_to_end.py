@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from conftest import (
     shipped_prior_applies,
     trial_record_lines,
 )
+
+from harl.measure.threads import physical_core_count
 
 
 def harl_tune(*args, timeout=600):
@@ -45,6 +48,8 @@ def test_report_history_and_database_agree(mlp_run):
     # Its two big matmuls are in the prior's range, where the prior applies (x86, its TVM).
     assert report["cost_prior"] is shipped_prior_applies()
     assert report["max_abs_err"] <= 1e-3
+    chosen = os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    assert report["runtime_threads"] == (int(chosen) if chosen else physical_core_count())
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
     assert len(report["tasks"]) == 3 and report["trials_done"] >= 6

@@ -47,6 +47,7 @@ class RunReport:
     # Where those seconds went: trace replay, features, predictions, policy (not added to them).
     agent_stage_seconds: dict[str, float] = field(default_factory=dict)
     cost_prior: bool = False  # the shipped cost-model prior ranked the samples of some task
+    runtime_threads: int | None = None  # threads of TVM's CPU runtime in this process's runs
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
