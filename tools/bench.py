@@ -34,6 +34,7 @@ from benchlib.runs import RunSpec, run_tuning, tail  # noqa: E402
 from benchlib.timing import TimingSettings, time_model  # noqa: E402
 
 from harl.errors import HarlError  # noqa: E402
+from harl.measure.threads import use_physical_cores  # noqa: E402
 
 SMOKE_MODEL = ROOT / "tasks" / "examples" / "mlp.onnx"
 
@@ -94,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = args.out or Path("logs") / "bench" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     header = header_lines(argv)
+    threads, _ = use_physical_cores()  # the timing here and the tuning runs it starts
+    header.append(f"TVM's runtime: {threads} threads (TVM_NUM_THREADS)")
     try:
         out.mkdir(parents=True, exist_ok=True)
         print("\n".join(header), flush=True)

@@ -27,6 +27,7 @@ from harl.evaluate import (
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import open_database
+from harl.measure.threads import use_physical_cores
 from harl.resume import PriorRun
 from harl.search.cost_prior import load_cost_prior
 from harl.target import local_cpu_count
@@ -45,6 +46,8 @@ def main() -> None:
                         help="also build each dir with the cost model's picks for its untuned "
                              "tasks")
     args = parser.parse_args()
+    threads, _ = use_physical_cores()
+    print(f"TVM's runtime: {threads} threads")
 
     model = load_onnx(args.model)
     relax_mod = import_to_relax(model)
