@@ -98,8 +98,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
     say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
         f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")
     if threads_set:
-        say(f"harl: TVM's runtime runs kernels here on {runtime_threads} threads, one per core "
-            "(set TVM_NUM_THREADS to choose; plain TVM builds need it too)")
+        plural = "s" if runtime_threads != 1 else ""
+        say(f"harl: TVM's runtime runs kernels here on {runtime_threads} thread{plural}, one "
+            "per core (set TVM_NUM_THREADS to choose; plain TVM builds need it too)")
     if config.rpc is not None:
         say(f"harl: measuring on RPC key {config.rpc.key!r} at "
             f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
