@@ -225,6 +225,8 @@ def test_the_training_tool_writes_a_prior_harl_loads(tmp_path, capsys):
     manifest = train_and_write([work_dir], [str(EXAMPLES / "cnn.onnx")], 1e6,
                                folder=tmp_path / "prior")
     assert manifest["records"] >= 12 and manifest["tvm_version"] and manifest["min_flop"] == 1e6
+    ran_on = json.loads((work_dir / "report.json").read_text())["runtime_threads"]
+    assert manifest["runtime_threads"] == [ran_on] and ran_on >= 1
     prior = load_cost_prior(parse_target("llvm"), tmp_path / "prior")
     assert prior is not None
     context, candidates = samples(matmul_module(128), parse_target("llvm"), 4)

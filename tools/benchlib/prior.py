@@ -135,13 +135,15 @@ def train_and_write(work_dirs: list[Path], benchmarked_models: list[str], min_fl
 
     target = parse_target("llvm")
     refused = refused_keys(benchmarked_models)
-    workloads, skipped = [], []
+    workloads, skipped, threads = [], [], set()
     for work_dir in work_dirs:
-        model = Path(json.loads((work_dir / "report.json").read_text())["model"])
+        report = json.loads((work_dir / "report.json").read_text())
+        model = Path(report["model"])
         if operator_keys(model) & refused:
             skipped.append(model.stem)
             continue
         workloads += read_workloads(work_dir)
+        threads.add(report.get("runtime_threads"))  # None: a run from before harl recorded it
     if not workloads:
         raise SystemExit("no records to train on")
     rhos = held_out_rhos(workloads)
@@ -156,6 +158,7 @@ def train_and_write(work_dirs: list[Path], benchmarked_models: list[str], min_fl
         "tvm_version": tvm.__version__,
         "features": "PerStoreFeature (TVM defaults), one row per store",
         "measured_on": f"{cpu_model()}, target {target}",
+        "runtime_threads": sorted(threads, key=str),  # TVM's CPU thread pool in the runs
         "date": datetime.date.today().isoformat(),
         "command": command,
         "work_dirs": len(work_dirs),
