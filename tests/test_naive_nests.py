@@ -15,6 +15,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from harl.frontend.tasks import TuningTask
 from harl.loop import _measure_naive_nests, open_database
+from harl.measure.builder import PersistentBuilder
 from harl.naive_nests import (
     NaiveNestConfig,
     is_naive_trace,
@@ -72,13 +73,19 @@ class FixedRunner:
         return [Done(self.seconds.pop(0)) for _ in inputs]
 
 
+def harl_builder():
+    """harl's own builder: TVM's LocalBuilder imports every tensor intrinsic per batch, which
+    takes longer than its 30 s timeout on some 2-core machines."""
+    return PersistentBuilder(max_workers=1, timeout_s=120)
+
+
 def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path):
     target = parse_target(None)
     tasks = [TuningTask("faster", matmul_module(8), 1.0, 1.0),
              TuningTask("slower", matmul_module(4), 1.0, 1.0)]
     stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
     database = open_database(tmp_path)
-    won = measure_naive_nests(tasks, [0, 1], target, ms.builder.LocalBuilder(),
+    won = measure_naive_nests(tasks, [0, 1], target, harl_builder(),
                               FixedRunner([1e-6, 9e-6]), database, stats)
     assert won == 1 and stats[0].naive_s == 1e-6 and stats[1].naive_s == 9e-6
     records = database.get_all_tuning_records()
@@ -124,7 +131,7 @@ def test_a_task_without_a_root_block_costs_only_its_own_nest(tmp_path):
     with pytest.raises(Exception, match="get-block"):
         naive_schedule(tasks[0].mod)
     stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
-    won = measure_naive_nests(tasks, [0, 1], parse_target(None), ms.builder.LocalBuilder(),
+    won = measure_naive_nests(tasks, [0, 1], parse_target(None), harl_builder(),
                               FixedRunner([1e-6]), open_database(tmp_path), stats)
     assert won == 1 and stats[1].naive_s == 1e-6
     assert not math.isfinite(stats[0].naive_s)
