@@ -73,19 +73,22 @@ class FixedRunner:
         return [Done(self.seconds.pop(0)) for _ in inputs]
 
 
+@pytest.fixture
 def harl_builder():
     """harl's own builder: TVM's LocalBuilder imports every tensor intrinsic per batch, which
     takes longer than its 30 s timeout on some 2-core machines."""
-    return PersistentBuilder(max_workers=1, timeout_s=120)
+    builder = PersistentBuilder(max_workers=1, timeout_s=120)
+    yield builder
+    builder.shutdown()
 
 
-def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path):
+def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path, harl_builder):
     target = parse_target(None)
     tasks = [TuningTask("faster", matmul_module(8), 1.0, 1.0),
              TuningTask("slower", matmul_module(4), 1.0, 1.0)]
     stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
     database = open_database(tmp_path)
-    won = measure_naive_nests(tasks, [0, 1], target, harl_builder(),
+    won = measure_naive_nests(tasks, [0, 1], target, harl_builder,
                               FixedRunner([1e-6, 9e-6]), database, stats)
     assert won == 1 and stats[0].naive_s == 1e-6 and stats[1].naive_s == 9e-6
     records = database.get_all_tuning_records()
@@ -125,13 +128,13 @@ def opaque_copy_module():
     return tvm.IRModule({"main": main})
 
 
-def test_a_task_without_a_root_block_costs_only_its_own_nest(tmp_path):
+def test_a_task_without_a_root_block_costs_only_its_own_nest(tmp_path, harl_builder):
     tasks = [TuningTask("opaque", opaque_copy_module(), 1.0, 1.0),
              TuningTask("small", matmul_module(8), 1.0, 1.0)]
     with pytest.raises(Exception, match="get-block"):
         naive_schedule(tasks[0].mod)
     stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
-    won = measure_naive_nests(tasks, [0, 1], parse_target(None), harl_builder(),
+    won = measure_naive_nests(tasks, [0, 1], parse_target(None), harl_builder,
                               FixedRunner([1e-6]), open_database(tmp_path), stats)
     assert won == 1 and stats[1].naive_s == 1e-6
     assert not math.isfinite(stats[0].naive_s)
