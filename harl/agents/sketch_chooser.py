@@ -2,7 +2,8 @@
 
 A bandit over sketches. Every sketch first gets `min_trials` candidates (never starved before it
 has been tried); then slots go by softmax over each sketch's value: how close its best measured
-latency is to the task's best, plus an exploration bonus that decays with its trials.
+latency is to the task's best, plus an exploration bonus that decays with its trials. They go
+out in lots, so that a batch fills few sketches: filling a sketch has a fixed search cost.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ class SketchConfig:
     """softmax temperature over sketch values (lower: greedier)"""
     exploration: float = 0.5
     """bonus scale for rarely measured sketches (/ sqrt(trials))"""
+    slots_per_pick: int = 4
+    """once every sketch has been tried, a batch's slots go out in lots of this many: each sketch
+    a batch fills costs a fixed search (a pool of fresh samples, a trajectory from each of its
+    starts) however few candidates it supplies, so a batch spreads over fewer sketches, and
+    over batches each still gets its share"""
 
 
 class SketchChooser:
@@ -55,7 +61,9 @@ class SketchChooser:
             logits = self.values() / self.config.temperature
             probs = np.exp(logits - logits.max())
             probs /= probs.sum()
-            counts += self.rng.multinomial(remaining, probs)
+            lots = -(-remaining // self.config.slots_per_pick)
+            for sketch in self.rng.choice(len(probs), size=lots, p=probs):
+                counts[sketch] += min(self.config.slots_per_pick, n - counts.sum())
         return counts
 
     def update(self, sketch: int, latency_s: float) -> None:
