@@ -98,3 +98,25 @@ def test_exploration_adapts_to_convergence():
     for _ in range(4):
         tuner.observe_batch(1.0)
     assert tuner.epsilon > exploiting and tuner.trajectory_length > 5
+
+
+def test_trajectories_step_together_and_roll_out_one_after_another():
+    tuner = TileTuner(SITES, TileTunerConfig(trajectory_length=5), seed=3)
+    rng = np.random.default_rng(3)
+    starts = [random_state(rng) for _ in range(3)]
+    calls = []
+
+    def score(states):
+        calls.append(len(states))
+        return np.array([landscape(s) for s in states])
+
+    found = tuner.search(starts, score)
+    # one call for the starts, then one per step for all trajectories' proposals
+    assert len(calls) == 1 + 5 and calls[0] == 3 and min(calls[1:]) > 8
+    assert len(found.bests) <= 3 and all(s in found.visited for s in found.bests)
+    # the policy's rollout: each trajectory's 5 steps in a row, the last one marked
+    assert len(tuner.steps) == 15
+    assert [step.last for step in tuner.steps] == ([False] * 4 + [True]) * 3
+    for state, index in tuner.step_of.items():
+        assert tuner.predicted[state] == found.visited[state]
+        assert 0 <= index < 15

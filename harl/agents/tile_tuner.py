@@ -149,6 +149,21 @@ def _evaluate(evaluator: Evaluator, states: list[State]) -> Evaluation:
     return result
 
 
+@dataclass
+class _Walk:
+    """One trajectory in progress: where it is, its best state, and its steps so far."""
+
+    current: State
+    score: float
+    features: np.ndarray
+    active: bool = True
+    best: tuple[float, State] = field(init=False)
+    steps: list[tuple[Step, State, float]] = field(default_factory=list)  # + state and score
+
+    def __post_init__(self) -> None:
+        self.best = (self.score, self.current)
+
+
 class TileTuner:
     """Policy-guided trajectories over one sketch's decisions, with adaptive exploration."""
 
@@ -203,50 +218,69 @@ class TileTuner:
         """One trajectory from each start: every visited state with its score, and each
         trajectory's best.
 
-        With `learn`, the steps are kept as the policy's rollout (the scores must mean something:
+        The trajectories step together: each step's proposals of all of them are scored in one
+        call, which keeps the threads that replay them busy. With `learn`, the steps are kept
+        as the policy's rollout, one trajectory after another (the scores must mean something:
         not while the cost model is still guessing).
         """
         visited: dict[State, float] = {}
-        bests: list[tuple[float, State]] = []
         if not starts:
             return SearchResult(visited, [])
         first = _evaluate(evaluator, list(starts))
         visited.update(zip(starts, map(float, first.scores), strict=True))
-        for k, state in enumerate(starts):
-            current, score, features = state, float(first.scores[k]), first.features[k]
-            best = (score, current)
-            for t in range(self.trajectory_length):
-                moves = list(self._proposals(current).items())
-                if not moves:
-                    break
-                found = _evaluate(evaluator, [s for s, _ in moves])
-                visited.update(zip((s for s, _ in moves), map(float, found.scores), strict=True))
-                alive = np.isfinite(found.scores)
-                if not alive.any():
-                    break
-                moves = [m for m, ok in zip(moves, alive, strict=True) if ok]
-                next_scores, next_features = found.scores[alive], found.features[alive]
-                changes = next_scores - score
-                progress = t / self.trajectory_length
-                inputs = np.stack([
-                    move_inputs(f, SITE_KINDS.index(self.sites[i].kind), c, progress)
-                    for (_, i), f, c in zip(moves, next_features, changes, strict=True)])
-                state_in = state_inputs(features, progress)
-                action, logprob, value = self.policy.act(inputs, changes, state_in, self.epsilon)
-                current, score, features = (moves[action][0], float(next_scores[action]),
-                                            next_features[action])
-                best = max(best, (score, current), key=lambda pair: pair[0])
-                if learn:
-                    self.steps.append(Step(inputs, changes.astype(np.float32), action, logprob,
-                                           state_in, value, float(changes[action]), last=False))
-                    self.step_of[current] = len(self.steps) - 1
-                    self.predicted[current] = score
-            if learn and self.steps:
-                self.steps[-1].last = True
-            if np.isfinite(best[0]):
-                bests.append(best)
-        bests.sort(key=lambda pair: -pair[0])
+        walks = [_Walk(state, float(first.scores[k]), first.features[k])
+                 for k, state in enumerate(starts)]
+        for t in range(self.trajectory_length):
+            moving = []
+            for walk in (w for w in walks if w.active):
+                moves = list(self._proposals(walk.current).items())
+                walk.active = bool(moves)
+                if moves:
+                    moving.append((walk, moves))
+            if not moving:
+                break
+            proposed = [s for _, moves in moving for s, _ in moves]
+            found = _evaluate(evaluator, proposed)
+            visited.update(zip(proposed, map(float, found.scores), strict=True))
+            offset = 0
+            for walk, moves in moving:
+                span = slice(offset, offset + len(moves))
+                offset += len(moves)
+                self._step(walk, moves, found.scores[span], found.features[span],
+                           t / self.trajectory_length)
+        bests = sorted((walk.best for walk in walks if np.isfinite(walk.best[0])),
+                       key=lambda pair: -pair[0])
+        if learn:
+            for walk in walks:
+                for step, state, score in walk.steps:
+                    self.steps.append(step)
+                    self.step_of[state] = len(self.steps) - 1
+                    self.predicted[state] = score
+                if walk.steps:
+                    self.steps[-1].last = True
         return SearchResult(visited, list(dict.fromkeys(state for _, state in bests)))
+
+    def _step(self, walk: _Walk, moves: list[tuple[State, int]], scores: np.ndarray,
+              features: np.ndarray, progress: float) -> None:
+        """The policy moves `walk` to one of its scored proposals (it stops if none is legal)."""
+        alive = np.isfinite(scores)
+        if not alive.any():
+            walk.active = False
+            return
+        moves = [m for m, ok in zip(moves, alive, strict=True) if ok]
+        next_scores, next_features = scores[alive], features[alive]
+        changes = next_scores - walk.score
+        inputs = np.stack([
+            move_inputs(f, SITE_KINDS.index(self.sites[i].kind), c, progress)
+            for (_, i), f, c in zip(moves, next_features, changes, strict=True)])
+        state_in = state_inputs(walk.features, progress)
+        action, logprob, value = self.policy.act(inputs, changes, state_in, self.epsilon)
+        walk.current, walk.score = moves[action][0], float(next_scores[action])
+        walk.features = next_features[action]
+        walk.best = max(walk.best, (walk.score, walk.current), key=lambda pair: pair[0])
+        walk.steps.append((Step(inputs, changes.astype(np.float32), action, logprob, state_in,
+                                value, float(changes[action]), last=False), walk.current,
+                           walk.score))
 
     def correct(self, measured_quality: dict[State, float]) -> None:
         """Add (measured - predicted) quality to the steps that reached measured states."""
