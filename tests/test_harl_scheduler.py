@@ -20,7 +20,7 @@ from tvm.s_tir.meta_schedule.runner.rpc_runner import RPCRunnerFuture
 from harl.agents.task_allocator import AllocatorConfig
 from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
-from harl.loop import LoopSettings, tune_tasks
+from harl.loop import LoopSettings, default_batch_size, tune_tasks
 from harl.search import SearchPlan
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.target import parse_target
@@ -124,3 +124,13 @@ def test_ctrl_c_still_records_the_batch_left_in_measurement(tmp_path):
     history = (tmp_path / "history.csv").read_text().splitlines()[1:]
     records = (tmp_path / "database_tuning_record.json").read_text().splitlines()
     assert len(history) == len(records) == 2
+
+
+def test_default_batch_visits_each_task_about_twice_within_tvms_bounds():
+    for trials, n_tasks in [(64, 5), (64, 3), (64, 1), (120, 30), (64, 11), (4000, 3)]:
+        batch = default_batch_size(trials, n_tasks)
+        assert 2 <= batch <= 64
+        if 2 < batch < 64:  # neither bound binds: the largest batch that visits each task twice
+            assert 2 * n_tasks * batch <= trials < 2 * n_tasks * (batch + 1)
+    assert default_batch_size(64, 5) == 6  # the CNN: 6 trials a batch, not 4
+    assert default_batch_size(120, 30) == 2  # too few trials for two visits: the floor
