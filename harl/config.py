@@ -89,8 +89,8 @@ class TuneConfig:
     evaluate: bool = doc("after tuning, compile the model, check it against onnxruntime and time "
                          "it (off: tuning only, e.g. when a benchmark times builds itself)",
                          default=True)
-    trials_per_batch: int | None = doc("candidates measured per search round "
-                                       "(default: from budget and task count)", default=None)
+    trials_per_batch: int | None = doc("candidates measured per search round (default: the "
+                                       "budget over two visits per task, 2 to 64)", default=None)
     fresh: bool = doc("start over: move an earlier run in the work dir aside instead of "
                       "resuming it", default=False)
     cost_prior: bool = doc("with --strategy harl on a CPU, rank each task's samples with the "
