@@ -90,7 +90,8 @@ class TuneConfig:
                          "it (off: tuning only, e.g. when a benchmark times builds itself)",
                          default=True)
     trials_per_batch: int | None = doc("candidates measured per search round (default: the "
-                                       "budget over two visits per task, 2 to 64)", default=None)
+                                       "budget over two visits per task and at least three "
+                                       "batches, 2 to 64)", default=None)
     fresh: bool = doc("start over: move an earlier run in the work dir aside instead of "
                       "resuming it", default=False)
     cost_prior: bool = doc("with --strategy harl on a CPU, rank each task's samples with the "

@@ -126,11 +126,13 @@ def test_ctrl_c_still_records_the_batch_left_in_measurement(tmp_path):
     assert len(history) == len(records) == 2
 
 
-def test_default_batch_visits_each_task_about_twice_within_tvms_bounds():
-    for trials, n_tasks in [(64, 5), (64, 3), (64, 1), (120, 30), (64, 11), (4000, 3)]:
+def test_default_batch_visits_each_task_about_twice_in_three_batches_or_more():
+    for trials, n_tasks in [(64, 5), (64, 3), (64, 2), (120, 30), (64, 11), (4000, 3)]:
         batch = default_batch_size(trials, n_tasks)
         assert 2 <= batch <= 64
         if 2 < batch < 64:  # neither bound binds: the largest batch that visits each task twice
             assert 2 * n_tasks * batch <= trials < 2 * n_tasks * (batch + 1)
     assert default_batch_size(64, 5) == 6  # the CNN: 6 trials a batch, not 4
     assert default_batch_size(120, 30) == 2  # too few trials for two visits: the floor
+    assert default_batch_size(64, 1) == 21  # a lone task still learns between three batches
+    assert default_batch_size(1000, 1) == 64
