@@ -107,15 +107,26 @@ class OnnxRuntimeModel:
         return median_wall_ms(lambda: self.run(inputs), repeats)
 
 
+SETTLE_S = 0.3
+"""pause before each runner's turn when several take turns: TVM's and onnxruntime's idle worker
+threads go on spinning for a while after a run, and a runtime timed in that while shares the
+cores with them (on 2 cores, onnxruntime timed up to 3.5x slower right after TVM, and TVM right
+after onnxruntime; docs/benchmarks.md, session 20)"""
+
+
 def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,
-                             repeats_per_round: int | dict[str, int]) -> dict[str, list[float]]:
-    """Time every runner once per round, round-robin, so that machine drift hits all alike.
+                             repeats_per_round: int | dict[str, int],
+                             settle_s: float = SETTLE_S) -> dict[str, list[float]]:
+    """Time every runner once per round, round-robin, so that machine drift hits all alike,
+    each turn after a pause of `settle_s` (see SETTLE_S).
 
     `repeats_per_round`: one count for all, or one per runner (see `latencies_within_ms`).
     """
     samples: dict[str, list[float]] = {key: [] for key in runners}
     for _ in range(rounds):
         for key, runner in runners.items():
+            if len(runners) > 1:
+                time.sleep(settle_s)
             repeats = (repeats_per_round[key] if isinstance(repeats_per_round, dict)
                        else repeats_per_round)
             samples[key].append(runner.median_latency_ms(inputs, repeats))

@@ -60,3 +60,24 @@ def test_float16_outputs_get_float16_tolerances():
     assert config.tolerances(["float32", np.float16]) == (1e-2, 1e-2)
     loose = VerifyConfig(rtol=0.1, atol=0.05)
     assert loose.tolerances(["float16"]) == (0.1, 0.05)
+
+
+def test_each_turn_starts_after_the_other_runtimes_threads_settle():
+    import time
+
+    from harl.evaluate import interleaved_latencies_ms
+
+    class ClockedRunner:
+        def __init__(self, log, key):
+            self.log, self.key = log, key
+
+        def median_latency_ms(self, inputs, repeats):
+            self.log.append((self.key, time.perf_counter()))
+            return 1.0
+
+    log = []
+    runners = {key: ClockedRunner(log, key) for key in ("tuned", "onnxruntime")}
+    interleaved_latencies_ms(runners, {}, rounds=2, repeats_per_round=1, settle_s=0.05)
+    assert [key for key, _ in log] == ["tuned", "onnxruntime"] * 2
+    gaps = [later - earlier for (_, earlier), (_, later) in zip(log[:-1], log[1:], strict=True)]
+    assert min(gaps) >= 0.05
