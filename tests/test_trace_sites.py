@@ -112,3 +112,23 @@ def test_a_seed_of_zero_draws_a_schedule():
     sch = schedule_of(context.mod, with_state(trace, None),
                       context.space_generator.postprocs, 0)
     assert sch is not None and state_of(sch.trace)
+
+
+def test_a_copied_schedule_replays_as_a_new_one_and_leaves_its_source_alone():
+    from tvm_ffi import structural_equal
+
+    from harl.search.trace_sites import fresh_schedules
+
+    context = conv_context()
+    trace = context.generate_design_space()[0].trace.simplified(remove_postproc=True)
+    postprocs = context.space_generator.postprocs
+    for seed in (0, 1, 7, 12345):
+        copied = schedule_of(context.mod, with_state(trace, None), postprocs, seed)
+        new = Schedule(context.mod, seed=max(1, seed), debug_mask=0, error_render_level="none")
+        with_state(trace, None).apply_to_schedule(new, remove_postproc=True)
+        assert all(postproc.apply(new) for postproc in postprocs)
+        assert state_of(copied.trace) == state_of(new.trace)
+        assert structural_equal(copied.mod, new.mod)
+    untouched = fresh_schedules(context.mod).new(1).mod
+    assert structural_equal(untouched, context.mod)
+    assert not structural_equal(copied.mod, context.mod)
