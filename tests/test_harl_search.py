@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 import tvm_ffi
-from conftest import matmul_module
+from conftest import conv2d_module, matmul_module
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
@@ -31,11 +31,11 @@ def tile_products(trace):
             for inst in tunable_insts(trace) if inst.kind.name == "SamplePerfectTile"]
 
 
-def make_strategy(n=64, scorer=None, trust_board=None, task_id=-1, threads=1):
-    """A strategy bound to a matmul task, and that task's design spaces."""
+def make_strategy(n=64, scorer=None, trust_board=None, task_id=-1, threads=1, mod=None):
+    """A strategy bound to a matmul task (or `mod`), and that task's design spaces."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
-    context = ms.TuneContext(mod=matmul_module(n), target=target,
+    context = ms.TuneContext(mod=mod if mod is not None else matmul_module(n), target=target,
                              space_generator="post-order-apply", task_name="matmul",
                              num_threads=threads).clone()
     strategy = HarlSearchStrategy(HarlSearchConfig(), seed=1, scorer=scorer,
@@ -98,6 +98,42 @@ def test_replaying_traces_on_threads_changes_no_candidate(monkeypatch, learned):
     assert threads_used == {threading.current_thread().name}
     assert len(serial) == 3 and batches(2) == serial
     assert any(name.startswith("harl-replay") for name in threads_used)
+
+
+def test_the_location_shortcut_changes_no_candidate(monkeypatch):
+    from harl.search.location_shortcut import ShortcutTrace
+
+    taken = []
+    replay = ShortcutTrace.replay
+
+    def counting(self, sch):
+        taken.append(replay(self, sch))
+        return taken[-1]
+
+    monkeypatch.setattr(ShortcutTrace, "replay", counting)
+
+    mod = conv2d_module()
+    _, spaces = make_strategy(mod=mod)  # drawn once: each draw samples their decisions anew
+
+    def batches():
+        strategy, _ = make_strategy(scorer=RankingScorer(1), mod=mod)
+        # past the first batch of each of the six sketches, so elites start trajectories
+        strategy.pre_tuning(24, 4, spaces, None, ms.cost_model.RandomModel())
+        keys = []
+        while (candidates := strategy.generate_measure_candidates()) is not None:
+            keys.append([tvm_ffi.structural_hash(c.sch.mod) for c in candidates])
+            for candidate in candidates:  # the database's form: TVM's own trace
+                assert any(i.kind.name == "SampleComputeLocation"
+                           for i in candidate.sch.trace.insts)
+            strategy.notify_runner_results(
+                candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+        return keys
+
+    shortcut = batches()
+    assert any(taken)
+    monkeypatch.setattr(HarlSearchStrategy._cls, "_shortcut_of", lambda self, trace: None)
+    taken.clear()
+    assert batches() == shortcut and not taken
 
 
 def test_schedules_of_keeps_order_and_failures_in_place():

@@ -20,9 +20,13 @@ from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
 from harl.frontend.tasks import task_flop
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
+from harl.search.location_shortcut import LocationShortcut
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import (
+    all_samples_are_sites,
+    fresh_schedules,
     initial_options,
+    schedule_of,
     schedules_of,
     serial_variant,
     site_of,
@@ -79,6 +83,8 @@ class Sketch:
     trace: object
     tuner: TileTuner
     elites: list[tuple[float, State]] = field(default_factory=list)
+    shortcut: LocationShortcut | None = None
+    """replays its decided compute location cheaply, for scoring (see location_shortcut)"""
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
@@ -133,10 +139,17 @@ class HarlSearchStrategy(PySearchStrategy):
             sites = [site_of(inst) for inst in tunable_insts(trace)]
             tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index,
                               policy=self.policy, options=initial_options(trace))
-            self.sketches.append(Sketch(trace, tuner))
+            self.sketches.append(Sketch(trace, tuner, shortcut=self._shortcut_of(trace)))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         with self.metrics.timing("search/agent_seconds"):
             self._seed_elites(database)
+
+    def _shortcut_of(self, trace) -> LocationShortcut | None:
+        """The sketch's location shortcut, where a state decides all of its samples (a
+        candidate replayed from the original trace is then the schedule that was scored)."""
+        if not all_samples_are_sites(trace):
+            return None
+        return LocationShortcut.of(self.mod, trace, lambda: fresh_schedules(self.mod).new(1))
 
     def _sketch_traces(self, design_spaces) -> list:
         """The design spaces' traces, and for a small task their serial variants after them."""
@@ -190,12 +203,26 @@ class HarlSearchStrategy(PySearchStrategy):
         """Schedule for each state (None: a fresh random sample) after postprocs, or None.
 
         The seeds are drawn here, in order, so the schedules do not depend on the threads.
+        Decided states take the sketch's location shortcut, if it has one.
         """
         with self.metrics.stage_timing("search/replay_seconds"):
             seeds = [int(self.rng.integers(1 << 30)) for _ in states]
-            trace = self.sketches[sketch_id].trace
-            return schedules_of(self.mod, [with_state(trace, state) for state in states],
-                                self.postprocs, seeds, self.workers)
+            sketch = self.sketches[sketch_id]
+            traces = [with_state(sketch.trace, state) for state in states]
+            if sketch.shortcut is not None:
+                traces = [trace if state is None else sketch.shortcut.plan(trace)
+                          for trace, state in zip(traces, states, strict=True)]
+            return schedules_of(self.mod, traces, self.postprocs, seeds, self.workers)
+
+    def _as_measured(self, sketch_id: int, state: State, sch):
+        """`sch` (of `state`) in the form a database stores: a schedule the location shortcut
+        replayed is replayed again from the original trace (its state decides every sample, so
+        it is the same program)."""
+        sketch = self.sketches[sketch_id]
+        if sketch.shortcut is None or sketch.shortcut.is_original(sch):
+            return sch
+        with self.metrics.stage_timing("search/replay_seconds"):
+            return schedule_of(self.mod, with_state(sketch.trace, state), self.postprocs, 1)
 
     def _evaluator(self, sketch_id: int, cache: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
@@ -307,6 +334,9 @@ class HarlSearchStrategy(PySearchStrategy):
                 continue
             key = tvm_ffi.structural_hash(sch.mod)
             if key in self.measured:
+                continue
+            sch = self._as_measured(sketch_id, state, sch)
+            if sch is None:
                 continue
             self.measured.add(key)
             picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some

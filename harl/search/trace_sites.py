@@ -20,6 +20,7 @@ from tvm.s_tir.schedule import Instruction, Trace
 from tvm.tirx import IntImm
 
 from harl.agents.tile_tuner import Site, State
+from harl.search.location_shortcut import ShortcutTrace
 
 PARALLEL_ANN = "meta_schedule.parallel"
 SAMPLED_KINDS = {"SamplePerfectTile": "tile", "SampleCategorical": "categorical",
@@ -45,6 +46,13 @@ def serial_variant(trace) -> Trace | None:
         return None
     return Trace(insts, {inst: value for inst, value in trace.decisions.items()
                          if site_kind(inst) != "parallel"})
+
+
+def all_samples_are_sites(trace) -> bool:
+    """Whether a state of `trace` decides every sample it draws (no other kind of sampling
+    instruction is left to the seed)."""
+    return all(inst.kind.name in SAMPLED_KINDS for inst in trace.insts
+               if inst.kind.name.startswith("Sample"))
 
 
 def tunable_insts(trace) -> list:
@@ -158,12 +166,24 @@ def fresh_schedules(mod) -> FreshSchedules:
     return FreshSchedules(mod)
 
 
-def schedule_of(mod, trace, postprocs, seed: int):
+def replayed(mod, trace: Trace | ShortcutTrace, seed: int):
+    """A new schedule of `mod` with `trace` applied (undecided samples drawn with `seed`); a
+    shortcut TVM would not have taken falls back to its original trace."""
+    if isinstance(trace, ShortcutTrace):
+        sch = fresh_schedules(mod).new(seed)
+        if trace.replay(sch):
+            return sch
+        trace = trace.original
+    sch = fresh_schedules(mod).new(seed)
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    return sch
+
+
+def schedule_of(mod, trace: Trace | ShortcutTrace, postprocs, seed: int):
     """`trace` applied to `mod` (undecided samples drawn with `seed`), then the postprocs; None
     when it is illegal or a postproc rejects it."""
-    sch = fresh_schedules(mod).new(seed)
     try:
-        trace.apply_to_schedule(sch, remove_postproc=True)
+        sch = replayed(mod, trace, seed)
         if not all(postproc.apply(sch) for postproc in postprocs):
             return None
     except Exception:  # noqa: BLE001  (an illegal schedule is just a dead end)

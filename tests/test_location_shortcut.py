@@ -1,0 +1,89 @@
+"""The location shortcut replays exactly what TVM replays, on real TVM."""
+
+import numpy as np
+import tvm_ffi
+from conftest import conv2d_module, matmul_module
+from tvm.s_tir import meta_schedule as ms
+
+from harl.agents.tile_tuner import propose
+from harl.search.location_shortcut import LocationShortcut, ShortcutTrace
+from harl.search.trace_sites import (
+    fresh_schedules,
+    initial_options,
+    schedule_of,
+    site_of,
+    state_of,
+    tunable_insts,
+    with_state,
+)
+from harl.target import parse_target
+from harl.tvm_env import load_tensor_intrinsics
+
+
+def sketches_of(mod):
+    target = parse_target(None)
+    load_tensor_intrinsics(target)
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             num_threads=1, rand_state=0).clone()
+    traces = [s.trace.simplified(remove_postproc=True) for s in context.generate_design_space()]
+    return traces, list(context.space_generator.postprocs)
+
+
+def shortcut_of(mod, trace):
+    return LocationShortcut.of(mod, trace, lambda: fresh_schedules(mod).new(1))
+
+
+def walk_states(mod, trace, postprocs, rng, starts=12, steps=6):
+    """Fresh samples, and random walks of the tile tuner's moves from them: moves reach
+    locations TVM would not keep (a unit loop, say) as well as ones it would."""
+    sites = [site_of(inst) for inst in tunable_insts(trace)]
+    options = initial_options(trace)
+    samples = [schedule_of(mod, with_state(trace, None), postprocs, seed)
+               for seed in range(1, starts + 1)]
+    states = [state_of(sch.trace) for sch in samples if sch is not None]
+    for index, site in enumerate(sites):
+        if site.kind == "compute_location":
+            options[index] = sorted(set(options[index]) | {state[index] for state in states})
+    walked = []
+    for state in states:
+        for _ in range(steps):
+            index = int(rng.integers(len(sites)))
+            moved = propose(sites[index], state[index], rng, options[index])
+            if moved is not None:
+                state = state[:index] + (moved,) + state[index + 1:]
+                walked.append(state)
+    return states + walked
+
+
+def test_a_shortcut_replays_the_schedule_tvm_replays():
+    mod = conv2d_module()
+    traces, postprocs = sketches_of(mod)
+    rng = np.random.default_rng(0)
+    outcomes = set()
+    with_shortcut = 0
+    for trace in traces:
+        shortcut = shortcut_of(mod, trace)
+        if shortcut is None:
+            continue
+        with_shortcut += 1
+        for seed, state in enumerate(walk_states(mod, trace, postprocs, rng), start=1):
+            original = with_state(trace, state)
+            plan = shortcut.plan(original)
+            if isinstance(plan, ShortcutTrace):
+                outcomes.add((plan.decision >= 0, plan.replay(fresh_schedules(mod).new(1))))
+            expected = schedule_of(mod, original, postprocs, seed)
+            got = schedule_of(mod, plan, postprocs, seed)
+            assert (got is None) == (expected is None)
+            if got is not None:
+                assert tvm_ffi.structural_equal(got.mod, expected.mod)
+                assert shortcut.is_original(expected)
+    assert with_shortcut >= 1
+    # taken at a loop, at the root or inlined, and given up where TVM would re-sample
+    assert {(True, True), (False, True), (True, False)} <= outcomes
+
+
+def test_no_shortcut_without_a_sampled_location():
+    mod = matmul_module(16)
+    traces, _ = sketches_of(mod)
+    sampled = [any(i.kind.name == "SampleComputeLocation" for i in t.insts) for t in traces]
+    assert [shortcut_of(mod, t) is not None for t in traces] == sampled
