@@ -100,14 +100,17 @@ def test_replaying_traces_on_threads_changes_no_candidate(monkeypatch, learned):
     assert any(name.startswith("harl-replay") for name in threads_used)
 
 
-def test_the_location_shortcut_changes_no_candidate(monkeypatch):
-    from harl.search.location_shortcut import ShortcutTrace
+def test_the_decided_location_shortcut_changes_no_candidate(monkeypatch):
+    from harl.search.location_shortcut import LocationShortcut, ShortcutTrace
+
+    # fresh samples as TVM draws them: the sampled shortcut draws other (equally likely) ones
+    monkeypatch.setattr(LocationShortcut, "sample_plan", lambda self, trace: trace)
 
     taken = []
     replay = ShortcutTrace.replay
 
-    def counting(self, sch):
-        taken.append(replay(self, sch))
+    def counting(self, sch, seed):
+        taken.append(replay(self, sch, seed))
         return taken[-1]
 
     monkeypatch.setattr(ShortcutTrace, "replay", counting)
@@ -194,17 +197,15 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
     # the first 4 fail the postprocs) must be topped up by the next round.
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-    materialize, failures = strategy._materialize_all, [4]
+    draw, failures = strategy._draw_fresh, [4]
 
-    def unlucky(sketch_id, states):
-        schedules = materialize(sketch_id, states)
-        for i, state in enumerate(states):
-            if state is None and failures[0] > 0:
-                failures[0] -= 1
-                schedules[i] = None
-        return schedules
+    def unlucky(sketch_id, count):
+        drawn = draw(sketch_id, count)
+        lost = min(failures[0], len(drawn))
+        failures[0] -= lost
+        return drawn[lost:]  # failed samples are left out
 
-    strategy._materialize_all = unlucky
+    strategy._draw_fresh = unlucky
     candidates = strategy.generate_measure_candidates()
     assert failures[0] == 0 and candidates is not None and len(candidates) == 4
 
@@ -212,6 +213,7 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
 def test_a_task_whose_samples_always_fail_ends():
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
+    strategy._draw_fresh = lambda sketch_id, count: []
     strategy._materialize_all = lambda sketch_id, states: [None] * len(states)
     assert strategy.generate_measure_candidates() is None
 

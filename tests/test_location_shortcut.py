@@ -70,7 +70,7 @@ def test_a_shortcut_replays_the_schedule_tvm_replays():
             original = with_state(trace, state)
             plan = shortcut.plan(original)
             if isinstance(plan, ShortcutTrace):
-                outcomes.add((plan.decision >= 0, plan.replay(fresh_schedules(mod).new(1))))
+                outcomes.add((plan.decision >= 0, plan.replay(fresh_schedules(mod).new(1), 1)))
             expected = schedule_of(mod, original, postprocs, seed)
             got = schedule_of(mod, plan, postprocs, seed)
             assert (got is None) == (expected is None)
@@ -87,3 +87,41 @@ def test_no_shortcut_without_a_sampled_location():
     traces, _ = sketches_of(mod)
     sampled = [any(i.kind.name == "SampleComputeLocation" for i in t.insts) for t in traces]
     assert [shortcut_of(mod, t) is not None for t in traces] == sampled
+
+
+def test_a_sampled_location_is_one_tvm_keeps_and_as_likely_as_from_tvm():
+    from collections import Counter
+
+    from harl.search.location_shortcut import SampledShortcut
+
+    mod = conv2d_module()
+    traces, postprocs = sketches_of(mod)
+    trace = traces[0]
+    shortcut = shortcut_of(mod, trace)
+    undecided = with_state(trace, None)
+    ours, tvms, fallbacks = Counter(), Counter(), 0
+    for seed in range(1, 301):
+        plan = shortcut.sample_plan(undecided)
+        assert isinstance(plan, SampledShortcut)
+        sch = schedule_of(mod, plan, postprocs, seed)
+        tvm = schedule_of(mod, undecided, postprocs, seed)
+        if sch is None or tvm is None:
+            assert sch is None and tvm is None
+            continue
+        if plan.location is None:  # not legal here: TVM drew it, from the same seed
+            fallbacks += 1
+            assert tvm_ffi.structural_equal(sch.mod, tvm.mod)
+            state = state_of(sch.trace)
+        else:
+            state = (*state_of(sch.trace), plan.location)
+            again = schedule_of(mod, with_state(trace, state), postprocs, 1)  # TVM keeps it
+            assert state_of(again.trace) == state
+            assert tvm_ffi.structural_equal(sch.mod, again.mod)
+        other = state_of(tvm.trace)
+        assert state[:-1] == other[:-1]  # the same seed samples the same tiles
+        ours[state[-1]] += 1
+        tvms[other[-1]] += 1
+    assert sum(ours.values()) - fallbacks > 250  # nearly all drawn by the shortcut
+    # independent draws from one distribution: each location's counts within noise
+    for location in set(ours) | set(tvms):
+        assert abs(ours[location] - tvms[location]) <= 30, (location, ours, tvms)

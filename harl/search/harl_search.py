@@ -20,7 +20,7 @@ from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
 from harl.frontend.tasks import task_flop
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
-from harl.search.location_shortcut import LocationShortcut
+from harl.search.location_shortcut import LocationShortcut, SampledShortcut
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import (
     all_samples_are_sites,
@@ -214,6 +214,26 @@ class HarlSearchStrategy(PySearchStrategy):
                           for trace, state in zip(traces, states, strict=True)]
             return schedules_of(self.mod, traces, self.postprocs, seeds, self.workers)
 
+    def _draw_fresh(self, sketch_id: int, count: int) -> list[tuple[State, object]]:
+        """`count` fresh samples of a sketch, with their states (illegal ones left out); the
+        sketch's location shortcut samples them where it applies."""
+        sketch = self.sketches[sketch_id]
+        with self.metrics.stage_timing("search/replay_seconds"):
+            seeds = [int(self.rng.integers(1 << 30)) for _ in range(count)]
+            trace = with_state(sketch.trace, None)
+            plans = [trace if sketch.shortcut is None else sketch.shortcut.sample_plan(trace)
+                     for _ in seeds]
+            schedules = schedules_of(self.mod, plans, self.postprocs, seeds, self.workers)
+        drawn = []
+        for plan, sch in zip(plans, schedules, strict=True):
+            if sch is None:
+                continue
+            state = state_of(sch.trace)
+            if isinstance(plan, SampledShortcut) and plan.location is not None:
+                state = (*state, plan.location)  # sampled last, by the shortcut
+            drawn.append((state, sch))
+        return drawn
+
     def _as_measured(self, sketch_id: int, state: State, sch):
         """`sch` (of `state`) in the form a database stores: a schedule the location shortcut
         replayed is replayed again from the original trace (its state decides every sample, so
@@ -299,11 +319,9 @@ class HarlSearchStrategy(PySearchStrategy):
         cache: dict[State, object] = {}
         fresh: list[State] = []
         drawn = max(self.config.fresh_pool, count) if learned else count
-        for sch in self._materialize_all(sketch_id, [None] * drawn):
-            if sch is not None:
-                state = state_of(sch.trace)
-                cache.setdefault(state, sch)
-                fresh.append(state)
+        for state, sch in self._draw_fresh(sketch_id, drawn):
+            cache.setdefault(state, sch)
+            fresh.append(state)
         fresh = list(dict.fromkeys(fresh))
         for site_index, site in enumerate(sketch.tuner.sites):
             if site.kind == "compute_location":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from tvm.s_tir.schedule import Instruction, InstructionKind, LoopRV, SBlockRV, Trace
 from tvm.tirx import ForKind, IntImm, IterVar
 from tvm.tirx.analysis import undefined_vars
@@ -77,31 +78,46 @@ def _is_data_parallel(loop) -> bool | None:
     return not other and not (spatial and reduce) and not reduce
 
 
-def _is_kept(decision: int, extents: list[int | None], data_parallel: list[bool]) -> bool:
-    """Whether loop `decision` is among TVM's candidate locations (CollectComputeLocation, less
-    its legality check): unit loops are skipped, and the candidates end at the first
-    data-parallel loop after a reduction loop, or at a reduction loop after the last
-    data-parallel one."""
+def candidate_loops(extents: list[int | None], data_parallel: tuple[bool, ...]) -> list[int]:
+    """The consumer's loops TVM would offer as locations (CollectComputeLocation, less its
+    legality check): unit loops are skipped, and the candidates end at the first data-parallel
+    loop after a reduction loop, or at a reduction loop after the last data-parallel one."""
     last_data_parallel = max((j for j, d in enumerate(data_parallel) if d), default=-1)
-    inside_reduction = False
-    for j in range(decision + 1):
-        if extents[j] == 1:
-            if j == decision:
-                return False
+    inside_reduction, candidates = False, []
+    for j, (extent, is_data_parallel) in enumerate(zip(extents, data_parallel, strict=True)):
+        if extent == 1:
             continue
-        if data_parallel[j]:
+        if is_data_parallel:
             if inside_reduction:
-                return False
+                break
         else:
             inside_reduction = True
             if j > last_data_parallel:
-                return False
-    return True
+                break
+        candidates.append(j)
+    return candidates
+
+
+def _extents(sch, loops) -> list[int | None]:
+    extents = [sch.get(loop).extent for loop in loops]
+    return [int(e) if isinstance(e, IntImm) else None for e in extents]
+
+
+class Shortcut:
+    """A way to replay a trace that may not apply: then `original` is replayed instead."""
+
+    original: Trace
+
+    def replay(self, sch, seed: int) -> bool:
+        """Apply the shortcut to `sch` (fresh, seeded with `seed`); False where it does not
+        apply: `sch` is then spoilt and the original must be replayed on a fresh schedule."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class ShortcutTrace:
-    """A trace whose decided compute location is replayed by the shortcut, and the original."""
+class ShortcutTrace(Shortcut):
+    """A trace whose decided compute location is looked up, not re-checked against every
+    other; it does not apply where TVM would not keep the decision (it would sample another)."""
 
     trace: Trace
     original: Trace
@@ -109,22 +125,50 @@ class ShortcutTrace:
     loops_at: int  # position of the GetLoops instruction in `trace` (-1: none)
     data_parallel: tuple[bool, ...]
 
-    def replay(self, sch) -> bool:
-        """Apply the shortcut to `sch` (fresh); False where TVM would not have kept the
-        decision or the location is illegal: `sch` is then spoilt and the original must be
-        replayed on a fresh schedule."""
+    def replay(self, sch, seed: int) -> bool:
         try:
             self.trace.apply_to_schedule(sch, remove_postproc=True)
-        except Exception:  # noqa: BLE001  (TVM would have sampled another location)
+        except Exception:  # noqa: BLE001  (an illegal location: TVM would sample another)
             return False
         if self.decision < 0:
             return True
         loops = sch.trace.insts[self.loops_at].outputs
-        extents = []
-        for loop in loops[: self.decision + 1]:
-            extent = sch.get(loop).extent
-            extents.append(int(extent) if isinstance(extent, IntImm) else None)
-        return _is_kept(self.decision, extents, list(self.data_parallel))
+        return self.decision in candidate_loops(_extents(sch, loops), self.data_parallel)
+
+
+@dataclass
+class SampledShortcut(Shortcut):
+    """A fresh sample of a sketch whose compute location is sampled last. TVM samples the rest;
+    the location is drawn uniformly among the root, inlining and the consumer's candidate
+    loops, and kept where it is legal. Where it is not, TVM samples the original trace from the
+    same seed: the same other decisions, and a location uniform over the legal ones. So each
+    legal location comes out with probability 1/|legal|, as from TVM's own sampling."""
+
+    prefix: Trace  # the sketch up to the sampled location, undecided
+    original: Trace
+    block_at: tuple[int, int]  # the located block: (instruction, output) in `prefix`
+    data_parallel: tuple[bool, ...]
+    location: int | None = None  # drawn and kept, once replayed
+
+    def replay(self, sch, seed: int) -> bool:
+        try:
+            self.prefix.apply_to_schedule(sch, remove_postproc=True)
+            instruction, output = self.block_at
+            block = sch.trace.insts[instruction].outputs[output]
+            consumers = sch.get_consumers(block)
+            loops = sch.get_loops(consumers[0]) if len(consumers) == 1 else []
+            if len(loops) != len(self.data_parallel):
+                return False
+            choices = [ROOT, INLINE, *candidate_loops(_extents(sch, loops), self.data_parallel)]
+            location = choices[int(np.random.default_rng(seed).integers(len(choices)))]
+            if location == INLINE:
+                sch.compute_inline(block)
+            elif location != ROOT:
+                sch.compute_at(block, loops[location], preserve_unit_loops=True, index=-1)
+        except Exception:  # noqa: BLE001  (not legal here: TVM samples a legal one)
+            return False
+        self.location = location
+        return True
 
 
 class LocationShortcut:
@@ -134,11 +178,15 @@ class LocationShortcut:
     location is sampled, so the consumer's loops are the same in every state of the sketch.
     """
 
-    def __init__(self, insts: list, sample_at: int, compute_at: int, n_loops: int,
-                 data_parallel: tuple[bool, ...]) -> None:
+    def __init__(self, insts: list, sample_at: int, compute_at: int,
+                 data_parallel: tuple[bool, ...], block_at: tuple[int, int]) -> None:
         self.insts = insts
         self.sample_at, self.compute_at = sample_at, compute_at
-        self.data_parallel = data_parallel
+        self.data_parallel, self.block_at = data_parallel, block_at
+        n_loops = len(data_parallel)
+        # fresh samples: where the location is the last thing sampled and placed
+        samples_last = (sample_at, compute_at) == (len(insts) - 2, len(insts) - 1)
+        self.prefix = Trace(insts[:sample_at], {}) if samples_last else None
         self.sample = insts[sample_at]
         block = self.sample.inputs[0]
         consumer, self.loops = SBlockRV(), [LoopRV() for _ in range(n_loops)]
@@ -170,12 +218,12 @@ class LocationShortcut:
         analysis = cls._consumer_loops(insts, sample_at, trace, new_schedule())
         if analysis is None:
             return None
-        return cls(insts, sample_at, compute_at, len(analysis), analysis)
+        return cls(insts, sample_at, compute_at, *analysis)
 
     @staticmethod
-    def _consumer_loops(insts, sample_at, trace, sch) -> tuple[bool, ...] | None:
-        """Whether each loop of the block's single consumer is data-parallel, where the
-        location is sampled; None where the shortcut does not apply."""
+    def _consumer_loops(insts, sample_at, trace, sch) -> tuple | None:
+        """Whether each loop of the block's single consumer is data-parallel where the location
+        is sampled, and where the block is defined; None where the shortcut does not apply."""
         prefix = insts[:sample_at]
         decisions = {inst: value for inst, value in trace.decisions.items()
                      if any(inst.same_as(x) for x in prefix)}
@@ -205,11 +253,18 @@ class LocationShortcut:
             if loop.kind not in PLAIN_LOOP_KINDS or data_parallel is None:
                 return None
             kinds.append(data_parallel)
-        return tuple(kinds)
+        return tuple(kinds), (k, p)
 
     def is_original(self, sch) -> bool:
         """Whether `sch` was replayed from the original trace, not the shortcut."""
         return _sampled_locations(sch.trace.insts) == self.sampled_locations
+
+    def sample_plan(self, trace: Trace) -> SampledShortcut | Trace:
+        """A fresh sample of `trace` (this sketch, undecided) by the shortcut where it
+        applies."""
+        if self.prefix is None:
+            return trace
+        return SampledShortcut(self.prefix, trace, self.block_at, self.data_parallel)
 
     def plan(self, trace: Trace) -> ShortcutTrace | Trace:
         """`trace` (this sketch with a state) as a shortcut, or itself where its location is

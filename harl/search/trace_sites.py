@@ -20,7 +20,7 @@ from tvm.s_tir.schedule import Instruction, Trace
 from tvm.tirx import IntImm
 
 from harl.agents.tile_tuner import Site, State
-from harl.search.location_shortcut import ShortcutTrace
+from harl.search.location_shortcut import Shortcut
 
 PARALLEL_ANN = "meta_schedule.parallel"
 SAMPLED_KINDS = {"SamplePerfectTile": "tile", "SampleCategorical": "categorical",
@@ -166,12 +166,12 @@ def fresh_schedules(mod) -> FreshSchedules:
     return FreshSchedules(mod)
 
 
-def replayed(mod, trace: Trace | ShortcutTrace, seed: int):
+def replayed(mod, trace: Trace | Shortcut, seed: int):
     """A new schedule of `mod` with `trace` applied (undecided samples drawn with `seed`); a
-    shortcut TVM would not have taken falls back to its original trace."""
-    if isinstance(trace, ShortcutTrace):
+    shortcut that does not apply falls back to its original trace."""
+    if isinstance(trace, Shortcut):
         sch = fresh_schedules(mod).new(seed)
-        if trace.replay(sch):
+        if trace.replay(sch, seed):
             return sch
         trace = trace.original
     sch = fresh_schedules(mod).new(seed)
@@ -179,7 +179,7 @@ def replayed(mod, trace: Trace | ShortcutTrace, seed: int):
     return sch
 
 
-def schedule_of(mod, trace: Trace | ShortcutTrace, postprocs, seed: int):
+def schedule_of(mod, trace: Trace | Shortcut, postprocs, seed: int):
     """`trace` applied to `mod` (undecided samples drawn with `seed`), then the postprocs; None
     when it is illegal or a postproc rejects it."""
     try:
