@@ -1,4 +1,4 @@
-"""Replaying a decided compute location without TVM re-checking every other location.
+"""Replaying a sampled compute location without TVM checking every location it could take.
 
 Given its decision, TVM's SampleComputeLocation still collects every location its block could go
 to (a check-only compute-at under each candidate loop of its consumer) and keeps the decision
@@ -7,7 +7,9 @@ thread. `LocationShortcut` replays the same schedule another way: GetConsumers, 
 consumer and ComputeAt under the decided loop (whose own check is the one TVM runs for each
 candidate). TVM's other rules for its candidates (no unit loop, no data-parallel loop inside a
 reduction loop) are checked on the consumer's loops afterwards; where TVM would not keep the
-decision (it would sample another location), the original trace is replayed instead.
+decision (it would sample another location), the original trace is replayed instead
+(`ShortcutTrace`). Fresh samples draw the location themselves, as likely as TVM would
+(`SampledShortcut`).
 
 Only the search's scoring replays shortcuts: the candidates it measures are replayed from the
 original trace, so a database holds TVM's own form of each trace.
@@ -174,8 +176,9 @@ class SampledShortcut(Shortcut):
 class LocationShortcut:
     """The shortcut for the first SampleComputeLocation of one sketch's trace, where it applies:
     the sampled loop feeds one ComputeAt (preserving unit loops, at the end), and the block has
-    one consumer, whose loops are plain and analysable when the location is sampled. No earlier
-    location is sampled, so the consumer's loops are the same in every state of the sketch.
+    one consumer, whose loops are plain and analysable when the location is sampled. No location
+    is sampled before, so how many loops the consumer has, and which are data-parallel, is the
+    same in every state of the sketch (the tile sizes change only their extents).
     """
 
     def __init__(self, insts: list, sample_at: int, compute_at: int,
@@ -276,8 +279,8 @@ class LocationShortcut:
         insts = list(trace.insts)
         decisions = {inst: value for inst, value in trace.decisions.items()
                      if not inst.same_as(self.sample)}
-        at, before, between = self.sample_at, insts[: self.sample_at], \
-            insts[self.sample_at + 1: self.compute_at]
+        before = insts[: self.sample_at]
+        between = insts[self.sample_at + 1: self.compute_at]
         after = insts[self.compute_at + 1:]
         if decision == ROOT:  # TVM's compute-at at the root does nothing
             shortcut, loops_at = before + between + after, -1
@@ -286,6 +289,6 @@ class LocationShortcut:
         else:
             move = Instruction(_kind("ComputeAt"), [self.sample.inputs[0], self.loops[decision]],
                                self.insts[self.compute_at].attrs, [])
-            shortcut, loops_at = before + self.lookup + between + [move] + after, at + 1
+            shortcut, loops_at = before + self.lookup + between + [move] + after, len(before) + 1
         return ShortcutTrace(Trace(shortcut, decisions), trace, decision, loops_at,
                              self.data_parallel)
