@@ -84,7 +84,7 @@ class Sketch:
     tuner: TileTuner
     elites: list[tuple[float, State]] = field(default_factory=list)
     shortcut: LocationShortcut | None = None
-    """replays its decided compute location cheaply, for scoring (see location_shortcut)"""
+    """replays its sampled compute location cheaply, for scoring (see location_shortcut)"""
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
