@@ -82,11 +82,21 @@ def test_a_shortcut_replays_the_schedule_tvm_replays():
     assert {(True, True), (False, True), (True, False)} <= outcomes
 
 
-def test_no_shortcut_without_a_sampled_location():
+def test_no_shortcut_without_a_sampled_location_or_with_another_compute_at():
+    from tvm.s_tir.schedule import Instruction, Trace
+
     mod = matmul_module(16)
     traces, _ = sketches_of(mod)
     sampled = [any(i.kind.name == "SampleComputeLocation" for i in t.insts) for t in traces]
     assert [shortcut_of(mod, t) is not None for t in traces] == sampled
+    # a compute-at that drops unit loops is not the one TVM checks each candidate with
+    mod = conv2d_module()
+    trace = sketches_of(mod)[0][0]
+    insts, decisions = list(trace.insts), dict(trace.decisions.items())
+    assert shortcut_of(mod, Trace(insts, decisions)) is not None
+    at = next(k for k, inst in enumerate(insts) if inst.kind.name == "ComputeAt")
+    insts[at] = Instruction(insts[at].kind, insts[at].inputs, [False, -1], insts[at].outputs)
+    assert shortcut_of(mod, Trace(insts, decisions)) is None
 
 
 def test_a_sampled_location_is_one_tvm_keeps_and_as_likely_as_from_tvm():
