@@ -21,6 +21,7 @@ from harl.search.harl_search import (
     tunable_insts,
 )
 from harl.search.program_scorer import ProgramScorer
+from harl.search.sketch_replay import SketchReplay
 from harl.search.trace_sites import schedules_of, site_kind, state_of, with_state
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
@@ -134,7 +135,7 @@ def test_the_decided_location_shortcut_changes_no_candidate(monkeypatch):
 
     shortcut = batches()
     assert any(taken)
-    monkeypatch.setattr(HarlSearchStrategy._cls, "_shortcut_of", lambda self, trace: None)
+    monkeypatch.setattr(SketchReplay, "shortcut_of", lambda self, trace: None)
     taken.clear()
     assert batches() == shortcut and not taken
 
@@ -170,7 +171,7 @@ def test_a_state_is_scored_once_per_fill():
     strategy, spaces = make_strategy(scorer=CountingScorer(1))
     strategy.pre_tuning(12, 4, spaces, None, None)
     evaluate = strategy._evaluator(0, {})
-    schedules = strategy._materialize_all(0, [None] * 3)
+    schedules = strategy.replay.states(strategy.sketches[0], [None] * 3)
     first, second, _ = [state_of(sch.trace) for sch in schedules]
     once = evaluate([first, first, second])
     again = evaluate([second, first])
@@ -197,15 +198,15 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
     # the first 4 fail the postprocs) must be topped up by the next round.
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-    draw, failures = strategy._draw_fresh, [4]
+    draw, failures = strategy.replay.fresh, [4]
 
-    def unlucky(sketch_id, count):
-        drawn = draw(sketch_id, count)
+    def unlucky(sketch, count):
+        drawn = draw(sketch, count)
         lost = min(failures[0], len(drawn))
         failures[0] -= lost
         return drawn[lost:]  # failed samples are left out
 
-    strategy._draw_fresh = unlucky
+    strategy.replay.fresh = unlucky
     candidates = strategy.generate_measure_candidates()
     assert failures[0] == 0 and candidates is not None and len(candidates) == 4
 
@@ -213,8 +214,8 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
 def test_a_task_whose_samples_always_fail_ends():
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-    strategy._draw_fresh = lambda sketch_id, count: []
-    strategy._materialize_all = lambda sketch_id, states: [None] * len(states)
+    strategy.replay.fresh = lambda sketch, count: []
+    strategy.replay.states = lambda sketch, states: [None] * len(states)
     assert strategy.generate_measure_candidates() is None
 
 

@@ -20,20 +20,16 @@ from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
 from harl.frontend.tasks import task_flop
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
-from harl.search.location_shortcut import LocationShortcut, SampledShortcut
+from harl.search.location_shortcut import LocationShortcut
 from harl.search.program_scorer import ProgramScorer
+from harl.search.sketch_replay import SketchReplay
 from harl.search.trace_sites import (
-    all_samples_are_sites,
-    fresh_schedules,
     initial_options,
-    schedule_of,
-    schedules_of,
     serial_variant,
     site_of,
     state_of,
     structure_of,
     tunable_insts,
-    with_state,
 )
 
 
@@ -123,7 +119,8 @@ class HarlSearchStrategy(PySearchStrategy):
         self.mod = context.mod
         self.postprocs = list(context.space_generator.postprocs)
         self.context = context
-        self.workers = max(1, int(context.num_threads))  # threads that replay traces
+        workers = max(1, int(context.num_threads))  # threads that replay traces
+        self.replay = SketchReplay(self.mod, self.postprocs, workers, self.rng, self.metrics)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database,
                    cost_model) -> None:
@@ -139,17 +136,10 @@ class HarlSearchStrategy(PySearchStrategy):
             sites = [site_of(inst) for inst in tunable_insts(trace)]
             tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index,
                               policy=self.policy, options=initial_options(trace))
-            self.sketches.append(Sketch(trace, tuner, shortcut=self._shortcut_of(trace)))
+            self.sketches.append(Sketch(trace, tuner, shortcut=self.replay.shortcut_of(trace)))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         with self.metrics.timing("search/agent_seconds"):
             self._seed_elites(database)
-
-    def _shortcut_of(self, trace) -> LocationShortcut | None:
-        """The sketch's location shortcut, where a state decides all of its samples (a
-        candidate replayed from the original trace is then the schedule that was scored)."""
-        if not all_samples_are_sites(trace):
-            return None
-        return LocationShortcut.of(self.mod, trace, lambda: fresh_schedules(self.mod).new(1))
 
     def _sketch_traces(self, design_spaces) -> list:
         """The design spaces' traces, and for a small task their serial variants after them."""
@@ -185,7 +175,7 @@ class HarlSearchStrategy(PySearchStrategy):
             self.best_s = min(self.best_s, latency)
         for sketch_id, records in stored.items():  # one replay call per sketch: on the threads
             states = [state for _, state in records]
-            for sch in self._materialize_all(sketch_id, states):
+            for sch in self.replay.states(self.sketches[sketch_id], states):
                 if sch is not None:  # measured already: not again
                     self.measured.add(tvm_ffi.structural_hash(sch.mod))
             self.sketches[sketch_id].elites = records[: self.config.elites_per_sketch]
@@ -199,51 +189,6 @@ class HarlSearchStrategy(PySearchStrategy):
 
     # -- candidates -------------------------------------------------------------------------
 
-    def _materialize_all(self, sketch_id: int, states: list[State | None]) -> list:
-        """Schedule for each state (None: a fresh random sample) after postprocs, or None.
-
-        The seeds are drawn here, in order, so the schedules do not depend on the threads.
-        Decided states take the sketch's location shortcut, if it has one.
-        """
-        with self.metrics.stage_timing("search/replay_seconds"):
-            seeds = [int(self.rng.integers(1 << 30)) for _ in states]
-            sketch = self.sketches[sketch_id]
-            traces = [with_state(sketch.trace, state) for state in states]
-            if sketch.shortcut is not None:
-                traces = [trace if state is None else sketch.shortcut.plan(trace)
-                          for trace, state in zip(traces, states, strict=True)]
-            return schedules_of(self.mod, traces, self.postprocs, seeds, self.workers)
-
-    def _draw_fresh(self, sketch_id: int, count: int) -> list[tuple[State, object]]:
-        """`count` fresh samples of a sketch, with their states (illegal ones left out); the
-        sketch's location shortcut samples them where it applies."""
-        sketch = self.sketches[sketch_id]
-        with self.metrics.stage_timing("search/replay_seconds"):
-            seeds = [int(self.rng.integers(1 << 30)) for _ in range(count)]
-            trace = with_state(sketch.trace, None)
-            plans = [trace if sketch.shortcut is None else sketch.shortcut.sample_plan(trace)
-                     for _ in seeds]
-            schedules = schedules_of(self.mod, plans, self.postprocs, seeds, self.workers)
-        drawn = []
-        for plan, sch in zip(plans, schedules, strict=True):
-            if sch is None:
-                continue
-            state = state_of(sch.trace)
-            if isinstance(plan, SampledShortcut) and plan.location is not None:
-                state = (*state, plan.location)  # sampled last, by the shortcut
-            drawn.append((state, sch))
-        return drawn
-
-    def _as_measured(self, sketch_id: int, state: State, sch):
-        """`sch` (of `state`) in the form a database stores: a schedule the location shortcut
-        replayed is replayed again from the original trace (its state decides every sample, so
-        it is the same program)."""
-        sketch = self.sketches[sketch_id]
-        if sketch.shortcut is None or sketch.shortcut.is_original(sch):
-            return sch
-        with self.metrics.stage_timing("search/replay_seconds"):
-            return schedule_of(self.mod, with_state(sketch.trace, state), self.postprocs, 1)
-
     def _evaluator(self, sketch_id: int, cache: dict):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
         does not change, so a state the trajectories come back to is scored once."""
@@ -253,7 +198,8 @@ class HarlSearchStrategy(PySearchStrategy):
         def evaluate(states: list[State]) -> Evaluation:
             distinct = list(dict.fromkeys(states))
             new = [state for state in distinct if state not in cache]
-            cache.update(zip(new, self._materialize_all(sketch_id, new), strict=True))
+            cache.update(zip(new, self.replay.states(self.sketches[sketch_id], new),
+                             strict=True))
             todo = [state for state in distinct
                     if state not in scores and cache[state] is not None]
             if todo:
@@ -319,7 +265,7 @@ class HarlSearchStrategy(PySearchStrategy):
         cache: dict[State, object] = {}
         fresh: list[State] = []
         drawn = max(self.config.fresh_pool, count) if learned else count
-        for state, sch in self._draw_fresh(sketch_id, drawn):
+        for state, sch in self.replay.fresh(sketch, drawn):
             cache.setdefault(state, sch)
             fresh.append(state)
         fresh = list(dict.fromkeys(fresh))
@@ -353,7 +299,7 @@ class HarlSearchStrategy(PySearchStrategy):
             key = tvm_ffi.structural_hash(sch.mod)
             if key in self.measured:
                 continue
-            sch = self._as_measured(sketch_id, state, sch)
+            sch = self.replay.as_measured(sketch, state, sch)
             if sch is None:
                 continue
             self.measured.add(key)
