@@ -183,7 +183,6 @@ class LocationShortcut:
 
     def __init__(self, insts: list, sample_at: int, compute_at: int,
                  data_parallel: tuple[bool, ...], block_at: tuple[int, int]) -> None:
-        self.insts = insts
         self.sample_at, self.compute_at = sample_at, compute_at
         self.data_parallel, self.block_at = data_parallel, block_at
         n_loops = len(data_parallel)
@@ -196,6 +195,8 @@ class LocationShortcut:
         self.lookup = [Instruction(_kind("GetConsumers"), [block], [], [consumer]),
                        Instruction(_kind("GetLoops"), [consumer], [], self.loops)]
         self.inline = Instruction(_kind("ComputeInline"), [block], [], [])
+        self.moves = [Instruction(_kind("ComputeAt"), [block, loop], insts[compute_at].attrs, [])
+                      for loop in self.loops]  # the block under each loop of the consumer
         self.sampled_locations = _sampled_locations(insts)
 
     @classmethod
@@ -287,8 +288,7 @@ class LocationShortcut:
         elif decision == INLINE:
             shortcut, loops_at = before + between + [self.inline] + after, -1
         else:
-            move = Instruction(_kind("ComputeAt"), [self.sample.inputs[0], self.loops[decision]],
-                               self.insts[self.compute_at].attrs, [])
-            shortcut, loops_at = before + self.lookup + between + [move] + after, len(before) + 1
+            shortcut = before + self.lookup + between + [self.moves[decision]] + after
+            loops_at = len(before) + 1
         return ShortcutTrace(Trace(shortcut, decisions), trace, decision, loops_at,
                              self.data_parallel)
