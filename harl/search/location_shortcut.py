@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from tvm.s_tir.schedule import Instruction, InstructionKind, LoopRV, SBlockRV, Trace
-from tvm.tirx import ForKind, IntImm, IterVar
+from tvm.tirx import ForKind, IterVar
 from tvm.tirx.analysis import undefined_vars
+
+from harl.search import schedule_calls as calls
 
 ROOT, INLINE = -1, -2  # TVM's decisions for "at the root" and "inlined"
 PLAIN_LOOP_KINDS = (ForKind.SERIAL, ForKind.THREAD_BINDING)
@@ -100,11 +102,6 @@ def candidate_loops(extents: list[int | None], data_parallel: tuple[bool, ...]) 
     return candidates
 
 
-def _extents(sch, loops) -> list[int | None]:
-    extents = [sch.get(loop).extent for loop in loops]
-    return [int(e) if isinstance(e, IntImm) else None for e in extents]
-
-
 class Shortcut:
     """A way to replay a trace that may not apply: then `original` is replayed instead."""
 
@@ -135,7 +132,7 @@ class ShortcutTrace(Shortcut):
         if self.decision < 0:
             return True
         loops = sch.trace.insts[self.loops_at].outputs
-        return self.decision in candidate_loops(_extents(sch, loops), self.data_parallel)
+        return self.decision in candidate_loops(calls.loop_extents(sch, loops), self.data_parallel)
 
 
 @dataclass
@@ -157,16 +154,17 @@ class SampledShortcut(Shortcut):
             self.prefix.apply_to_schedule(sch, remove_postproc=True)
             instruction, output = self.block_at
             block = sch.trace.insts[instruction].outputs[output]
-            consumers = sch.get_consumers(block)
-            loops = sch.get_loops(consumers[0]) if len(consumers) == 1 else []
+            consumers = calls.get_consumers(sch, block)
+            loops = calls.get_loops(sch, consumers[0]) if len(consumers) == 1 else []
             if len(loops) != len(self.data_parallel):
                 return False
-            choices = [ROOT, INLINE, *candidate_loops(_extents(sch, loops), self.data_parallel)]
+            extents = calls.loop_extents(sch, loops)
+            choices = [ROOT, INLINE, *candidate_loops(extents, self.data_parallel)]
             location = choices[int(np.random.default_rng(seed).integers(len(choices)))]
             if location == INLINE:
-                sch.compute_inline(block)
+                calls.compute_inline(sch, block)
             elif location != ROOT:
-                sch.compute_at(block, loops[location], preserve_unit_loops=True, index=-1)
+                calls.compute_at(sch, block, loops[location])
         except Exception:  # noqa: BLE001  (not legal here: TVM samples a legal one)
             return False
         self.location = location
