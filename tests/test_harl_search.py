@@ -104,8 +104,17 @@ def test_replaying_traces_on_threads_changes_no_candidate(monkeypatch, learned):
 def test_the_decided_location_shortcut_changes_no_candidate(monkeypatch):
     from harl.search.location_shortcut import LocationShortcut, ShortcutTrace
 
-    # fresh samples as TVM draws them: the sampled shortcut draws other (equally likely) ones
-    monkeypatch.setattr(LocationShortcut, "sample_plan", lambda self, trace: trace)
+    # the general shortcut only: a tail shortcut draws other (equally likely) fresh samples,
+    # and other locations where TVM would re-sample one
+    of = LocationShortcut.of
+
+    def general(*args):
+        shortcut = of(*args)
+        if shortcut is not None:
+            shortcut.prefix = None
+        return shortcut
+
+    monkeypatch.setattr(LocationShortcut, "of", general)
 
     taken = []
     replay = ShortcutTrace.replay
@@ -395,3 +404,35 @@ def test_holdout_trust_judges_the_model_on_measurements_it_did_not_train_on():
         assert (trust > 0.7) if expect_high else (trust < 0.5)
     xgb.data[shash2hex(mod)] = FeatureGroup("this", features[:5], learnable[:5])
     assert ProgramScorer(xgb).holdout_trust(mod) is None  # too few to judge
+
+
+def test_a_candidate_the_tail_shortcut_scored_is_measured_as_that_program(monkeypatch):
+    from harl.search.location_shortcut import TailShortcut
+
+    redrawn, compared = [], []
+    replay = TailShortcut.replay
+
+    def noting(self, sch, seed):
+        ok = replay(self, sch, seed)
+        if ok and self.decision is not None and self.location != self.decision:
+            redrawn.append(self.location)
+        return ok
+
+    as_measured = SketchReplay.as_measured
+
+    def checked(self, sketch, state, sch):
+        measured = as_measured(self, sketch, state, sch)
+        assert tvm_ffi.structural_equal(measured.mod, sch.mod)
+        compared.append(sketch.shortcut.is_original(measured))
+        return measured
+
+    monkeypatch.setattr(TailShortcut, "replay", noting)
+    monkeypatch.setattr(SketchReplay, "as_measured", checked)
+    mod = conv2d_module()
+    strategy, spaces = make_strategy(scorer=RankingScorer(1), mod=mod)
+    strategy.pre_tuning(24, 4, spaces, None, ms.cost_model.RandomModel())
+    while (candidates := strategy.generate_measure_candidates()) is not None:
+        strategy.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    assert len(compared) == 24 and all(compared)  # TVM's own trace, the program scored
+    assert redrawn  # some states' locations were ones TVM would have re-sampled

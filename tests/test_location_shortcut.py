@@ -1,12 +1,14 @@
 """The location shortcut replays exactly what TVM replays, on real TVM."""
 
+import copy
+
 import numpy as np
 import tvm_ffi
 from conftest import conv2d_module, matmul_module
 from tvm.s_tir import meta_schedule as ms
 
 from harl.agents.tile_tuner import propose
-from harl.search.location_shortcut import LocationShortcut, ShortcutTrace
+from harl.search.location_shortcut import LocationShortcut, ShortcutTrace, TailShortcut
 from harl.search.trace_sites import (
     fresh_schedules,
     initial_options,
@@ -56,6 +58,9 @@ def walk_states(mod, trace, postprocs, rng, starts=12, steps=6):
 
 
 def test_a_shortcut_replays_the_schedule_tvm_replays():
+    """The general shortcut (for a location sampled before a sketch's last instructions) on
+    the conv2d's sketches: the same programs as TVM's, and TVM's own replay where TVM would
+    re-sample the location."""
     mod = conv2d_module()
     traces, postprocs = sketches_of(mod)
     rng = np.random.default_rng(0)
@@ -65,6 +70,8 @@ def test_a_shortcut_replays_the_schedule_tvm_replays():
         shortcut = shortcut_of(mod, trace)
         if shortcut is None:
             continue
+        shortcut = copy.copy(shortcut)
+        shortcut.prefix = None  # as if the location were not sampled last
         with_shortcut += 1
         for seed, state in enumerate(walk_states(mod, trace, postprocs, rng), start=1):
             original = with_state(trace, state)
@@ -80,6 +87,45 @@ def test_a_shortcut_replays_the_schedule_tvm_replays():
     assert with_shortcut >= 1
     # taken at a loop, at the root or inlined, and given up where TVM would re-sample
     assert {(True, True), (False, True), (True, False)} <= outcomes
+
+
+def test_a_tail_shortcut_keeps_what_tvm_keeps_and_redraws_what_tvm_resamples():
+    """A sketch whose location is sampled last: where TVM keeps a state's location, the same
+    program; where TVM would re-sample it, one TVM keeps, and the state measured is the one
+    the shortcut applied."""
+    mod = conv2d_module()
+    traces, postprocs = sketches_of(mod)
+    rng = np.random.default_rng(0)
+    kept = redrawn = 0
+    for trace in traces:
+        shortcut = shortcut_of(mod, trace)
+        if shortcut is None or shortcut.prefix is None:
+            continue
+        for seed, state in enumerate(walk_states(mod, trace, postprocs, rng), start=1):
+            original = with_state(trace, state)
+            plan = shortcut.plan(original)
+            assert isinstance(plan, TailShortcut)
+            expected = schedule_of(mod, original, postprocs, seed)
+            got = schedule_of(mod, plan, postprocs, seed)
+            assert (got is None) == (expected is None)
+            if got is None:
+                continue
+            tvm_keeps = state_of(expected.trace)[-1] == state[-1]
+            if shortcut.is_original(got):  # the shortcut gave up: TVM replayed it
+                assert tvm_ffi.structural_equal(got.mod, expected.mod)
+                continue
+            measured = shortcut.measured_state(state, got)
+            assert measured[-1] == plan.location
+            assert (plan.location == state[-1]) == tvm_keeps
+            again = schedule_of(mod, with_state(trace, measured), postprocs, 1)
+            assert state_of(again.trace) == measured  # TVM keeps the location applied
+            assert tvm_ffi.structural_equal(got.mod, again.mod)
+            if tvm_keeps:
+                kept += 1
+                assert tvm_ffi.structural_equal(got.mod, expected.mod)
+            else:
+                redrawn += 1
+    assert kept >= 100 and redrawn >= 10, (kept, redrawn)
 
 
 def test_no_shortcut_without_a_sampled_location_or_with_another_compute_at():
@@ -102,8 +148,6 @@ def test_no_shortcut_without_a_sampled_location_or_with_another_compute_at():
 def test_a_sampled_location_is_one_tvm_keeps_and_as_likely_as_from_tvm():
     from collections import Counter
 
-    from harl.search.location_shortcut import SampledShortcut
-
     mod = conv2d_module()
     traces, postprocs = sketches_of(mod)
     trace = traces[0]
@@ -112,7 +156,7 @@ def test_a_sampled_location_is_one_tvm_keeps_and_as_likely_as_from_tvm():
     ours, tvms, fallbacks = Counter(), Counter(), 0
     for seed in range(1, 301):
         plan = shortcut.sample_plan(undecided)
-        assert isinstance(plan, SampledShortcut)
+        assert isinstance(plan, TailShortcut)
         sch = schedule_of(mod, plan, postprocs, seed)
         tvm = schedule_of(mod, undecided, postprocs, seed)
         if sch is None or tvm is None:

@@ -8,8 +8,9 @@ consumer and ComputeAt under the decided loop (whose own check is the one TVM ru
 candidate). TVM's other rules for its candidates (no unit loop, no data-parallel loop inside a
 reduction loop) are checked on the consumer's loops afterwards; where TVM would not keep the
 decision (it would sample another location), the original trace is replayed instead
-(`ShortcutTrace`). Fresh samples draw the location themselves, as likely as TVM would
-(`SampledShortcut`).
+(`ShortcutTrace`). Where the location is the last thing a sketch samples (`TailShortcut`),
+fresh samples draw it themselves, and so do states whose location TVM would re-sample, each as
+likely as from TVM.
 
 Only the search's scoring replays shortcuts: the candidates it measures are replayed from the
 original trace, so a database holds TVM's own form of each trace.
@@ -136,18 +137,21 @@ class ShortcutTrace(Shortcut):
 
 
 @dataclass
-class SampledShortcut(Shortcut):
-    """A fresh sample of a sketch whose compute location is sampled last. TVM samples the rest;
-    the location is drawn uniformly among the root, inlining and the consumer's candidate
-    loops, and kept where it is legal. Where it is not, TVM samples the original trace from the
-    same seed: the same other decisions, and a location uniform over the legal ones. So each
-    legal location comes out with probability 1/|legal|, as from TVM's own sampling."""
+class TailShortcut(Shortcut):
+    """A state or fresh sample of a sketch whose compute location is sampled last. TVM replays
+    (or samples) the rest. The state's location is kept where TVM would keep it; otherwise, and
+    for a fresh sample, the location is drawn uniformly among the root, inlining and the
+    consumer's candidate loops, and kept where it is legal. Where it is not, TVM replays the
+    original trace from the same seed: the same other decisions, and a location uniform over
+    the legal ones. So each legal location comes out with probability 1/|legal|, as from TVM's
+    own sampling, or its re-sampling of a location it would not keep."""
 
-    prefix: Trace  # the sketch up to the sampled location, undecided
+    prefix: Trace  # the sketch up to the sampled location (undecided for a fresh sample)
     original: Trace
     block_at: tuple[int, int]  # the located block: (instruction, output) in `prefix`
     data_parallel: tuple[bool, ...]
-    location: int | None = None  # drawn and kept, once replayed
+    decision: int | None = None  # the state's location (None: a fresh sample)
+    location: int | None = None  # the one applied, once replayed
 
     def replay(self, sch, seed: int) -> bool:
         try:
@@ -158,9 +162,11 @@ class SampledShortcut(Shortcut):
             loops = calls.get_loops(sch, consumers[0]) if len(consumers) == 1 else []
             if len(loops) != len(self.data_parallel):
                 return False
-            extents = calls.loop_extents(sch, loops)
-            choices = [ROOT, INLINE, *candidate_loops(extents, self.data_parallel)]
-            location = choices[int(np.random.default_rng(seed).integers(len(choices)))]
+            candidates = candidate_loops(calls.loop_extents(sch, loops), self.data_parallel)
+            location = self.decision
+            if location is None or (location >= 0 and location not in candidates):
+                choices = [ROOT, INLINE, *candidates]
+                location = choices[int(np.random.default_rng(seed).integers(len(choices)))]
             if location == INLINE:
                 calls.compute_inline(sch, block)
             elif location != ROOT:
@@ -261,23 +267,46 @@ class LocationShortcut:
         """Whether `sch` was replayed from the original trace, not the shortcut."""
         return _sampled_locations(sch.trace.insts) == self.sampled_locations
 
-    def sample_plan(self, trace: Trace) -> SampledShortcut | Trace:
+    def measured_state(self, state: tuple, sch) -> tuple:
+        """`state` with the location the shortcut applied in `sch` (a `TailShortcut` may have
+        drawn another): replayed from the original trace, it gives the same program."""
+        if self.prefix is None or self.is_original(sch):
+            return state
+        insts = sch.trace.insts
+        lookup, loops = insts[self.sample_at], insts[self.sample_at + 1].outputs
+        location = ROOT
+        if len(insts) > self.sample_at + 2:
+            placed = insts[self.sample_at + 2]  # else a postproc's, for a block at the root
+            kind = placed.kind.name
+            if kind in ("ComputeInline", "ComputeAt") and _same(placed.inputs[0],
+                                                                lookup.inputs[0]):
+                location = INLINE if kind == "ComputeInline" else next(
+                    j for j, loop in enumerate(loops) if _same(loop, placed.inputs[1]))
+        return (*state[:-1], location)
+
+    def sample_plan(self, trace: Trace) -> TailShortcut | Trace:
         """A fresh sample of `trace` (this sketch, undecided) by the shortcut where it
         applies."""
         if self.prefix is None:
             return trace
-        return SampledShortcut(self.prefix, trace, self.block_at, self.data_parallel)
+        return TailShortcut(self.prefix, trace, self.block_at, self.data_parallel)
 
-    def plan(self, trace: Trace) -> ShortcutTrace | Trace:
+    def plan(self, trace: Trace) -> TailShortcut | ShortcutTrace | Trace:
         """`trace` (this sketch with a state) as a shortcut, or itself where its location is
-        not decided or lies beyond the consumer's loops."""
+        not decided, or lies beyond the consumer's loops of a sketch that places it before
+        its last instructions."""
         decision = trace.decisions.get(self.sample)
-        if decision is None or int(decision) >= len(self.loops):
+        if decision is None:
             return trace
         decision = int(decision)
         insts = list(trace.insts)
         decisions = {inst: value for inst, value in trace.decisions.items()
                      if not inst.same_as(self.sample)}
+        if self.prefix is not None:
+            return TailShortcut(Trace(insts[: self.sample_at], decisions), trace, self.block_at,
+                                self.data_parallel, decision)
+        if decision >= len(self.loops):
+            return trace
         before = insts[: self.sample_at]
         between = insts[self.sample_at + 1: self.compute_at]
         after = insts[self.compute_at + 1:]

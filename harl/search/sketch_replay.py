@@ -6,7 +6,7 @@ import numpy as np
 
 from harl.agents.tile_tuner import State
 from harl.report.metrics import MetricsLogger
-from harl.search.location_shortcut import LocationShortcut, SampledShortcut
+from harl.search.location_shortcut import LocationShortcut, TailShortcut
 from harl.search.trace_sites import (
     all_samples_are_sites,
     fresh_schedules,
@@ -65,16 +65,17 @@ class SketchReplay:
             if sch is None:
                 continue
             state = state_of(sch.trace)
-            if isinstance(plan, SampledShortcut) and plan.location is not None:
+            if isinstance(plan, TailShortcut) and plan.location is not None:
                 state = (*state, plan.location)  # sampled last, by the shortcut
             drawn.append((state, sch))
         return drawn
 
     def as_measured(self, sketch, state: State, sch):
         """`sch` (of `state`) in the form a database stores: a schedule the location shortcut
-        replayed is replayed again from the original trace (its state decides every sample, so
-        it is the same program)."""
+        replayed is replayed again from the original trace, with the location the shortcut
+        applied (the state then decides every sample, so it is the same program)."""
         if sketch.shortcut is None or sketch.shortcut.is_original(sch):
             return sch
+        state = sketch.shortcut.measured_state(state, sch)
         with self.metrics.stage_timing("search/replay_seconds"):
             return schedule_of(self.mod, with_state(sketch.trace, state), self.postprocs, 1)
