@@ -52,6 +52,19 @@ def fake_latency(sch) -> float:
     return 1e-3 / (1 + sum(inner))
 
 
+def measured_batches(strategy, check=lambda candidate: None) -> list[list[int]]:
+    """Runs `strategy` to its end, each batch measured at `fake_latency` after `check` of each
+    candidate; the structural hashes of each batch's candidates."""
+    keys = []
+    while (candidates := strategy.generate_measure_candidates()) is not None:
+        for candidate in candidates:
+            check(candidate)
+        keys.append([tvm_ffi.structural_hash(c.sch.mod) for c in candidates])
+        strategy.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    return keys
+
+
 def test_candidates_are_legal_distinct_and_within_budget():
     strategy, spaces = make_strategy()
     expected_products = [tile_products(s.trace) for s in spaces]
@@ -88,12 +101,7 @@ def test_replaying_traces_on_threads_changes_no_candidate(monkeypatch, learned):
         scorer = RankingScorer(1) if learned else None
         strategy, spaces = make_strategy(scorer=scorer, threads=threads)
         strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-        keys = []
-        while (candidates := strategy.generate_measure_candidates()) is not None:
-            keys.append([tvm_ffi.structural_hash(c.sch.mod) for c in candidates])
-            strategy.notify_runner_results(
-                candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
-        return keys
+        return measured_batches(strategy)
 
     serial = batches(1)
     assert threads_used == {threading.current_thread().name}
@@ -128,19 +136,14 @@ def test_the_decided_location_shortcut_changes_no_candidate(monkeypatch):
     mod = conv2d_module()
     _, spaces = make_strategy(mod=mod)  # drawn once: each draw samples their decisions anew
 
+    def in_tvms_form(candidate):  # the database's form: TVM's own trace
+        assert any(i.kind.name == "SampleComputeLocation" for i in candidate.sch.trace.insts)
+
     def batches():
         strategy, _ = make_strategy(scorer=RankingScorer(1), mod=mod)
         # past the first batch of each of the six sketches, so elites start trajectories
         strategy.pre_tuning(24, 4, spaces, None, ms.cost_model.RandomModel())
-        keys = []
-        while (candidates := strategy.generate_measure_candidates()) is not None:
-            keys.append([tvm_ffi.structural_hash(c.sch.mod) for c in candidates])
-            for candidate in candidates:  # the database's form: TVM's own trace
-                assert any(i.kind.name == "SampleComputeLocation"
-                           for i in candidate.sch.trace.insts)
-            strategy.notify_runner_results(
-                candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
-        return keys
+        return measured_batches(strategy, in_tvms_form)
 
     shortcut = batches()
     assert any(taken)
@@ -431,8 +434,6 @@ def test_a_candidate_the_tail_shortcut_scored_is_measured_as_that_program(monkey
     mod = conv2d_module()
     strategy, spaces = make_strategy(scorer=RankingScorer(1), mod=mod)
     strategy.pre_tuning(24, 4, spaces, None, ms.cost_model.RandomModel())
-    while (candidates := strategy.generate_measure_candidates()) is not None:
-        strategy.notify_runner_results(
-            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    measured_batches(strategy)
     assert len(compared) == 24 and all(compared)  # TVM's own trace, the program scored
     assert redrawn  # some states' locations were ones TVM would have re-sampled
