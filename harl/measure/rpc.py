@@ -26,6 +26,7 @@ from tvm.support.popen_pool import PopenPoolExecutor
 from harl.config import RpcConfig
 from harl.errors import HarlError
 from harl.farm.tracker import wait_for_servers
+from harl.measure.arguments import remote_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class FarmRunner(PyRunner):
         futures = []
         for item in runner_inputs:
             future = self.pool.submit(
-                _worker_func, None, None, None, None, None,  # TVM's default session steps
+                _worker_func, None, None, remote_arguments, None, None,  # else TVM's steps
                 self.tvm_rpc_config, self.evaluator_config, 1,
                 str(item.artifact_path), str(item.device_type),
                 tuple(arg.as_json() for arg in item.args_info))

@@ -8,6 +8,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
 from harl.config import MeasureConfig, RpcConfig
+from harl.measure.arguments import local_arguments
 from harl.measure.clock import StageClock
 from harl.measure.worker_lifetime import worker_initializer
 
@@ -25,7 +26,7 @@ def local_runner(config: MeasureConfig):
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
     return LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=evaluator_config(config),
-                       initializer=worker_initializer())
+                       f_alloc_argument=local_arguments, initializer=worker_initializer())
 
 
 @derived_object
