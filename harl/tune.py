@@ -18,7 +18,7 @@ from harl.evaluate import (
     compile_model,
     latencies_within_ms,
 )
-from harl.frontend.onnx_model import FOLDED_MODEL_FILE, OnnxModel, import_model, load_onnx
+from harl.frontend.onnx_model import IMPORTED_MODEL_FILE, OnnxModel, import_model, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
 from harl.measure.threads import use_physical_cores
@@ -53,8 +53,9 @@ def resume_state(work_dir: Path, tasks) -> LoopResume:
     return LoopResume(database, stats, prior, last_history_time_s(work_dir / "history.csv"))
 
 
-def save_folded(model: OnnxModel, path: Path) -> str:
-    """Save the folded graph for plain TVM builds; says where, or why it could not."""
+def save_imported(model: OnnxModel, path: Path) -> str:
+    """Save the graph harl imported (folded, rewritten) for plain TVM builds; says where, or
+    why it could not."""
     import onnx
 
     try:  # past 2 GB a protobuf cannot hold the weights: they go to a file beside it
@@ -87,9 +88,16 @@ def run(config: TuneConfig, out=None) -> RunReport:
     quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
     load_tensor_intrinsics(target)
     imported, relax_mod = import_model(model)
+    rewrites = []
     if imported.shapes_folded:
-        say(f"harl: {model.name} computes some tensor shapes in its graph; tuning it with them "
-            f"folded by onnxruntime ({save_folded(imported, work_dir / FOLDED_MODEL_FILE)})")
+        rewrites.append("it computes some tensor shapes in its graph: they are folded by "
+                        "onnxruntime")
+    if imported.ops_lowered:
+        rewrites.append(f"TVM's importer lacks {', '.join(imported.ops_lowered)}: rewritten "
+                        "into operators it has")
+    if rewrites:
+        saved = save_imported(imported, work_dir / IMPORTED_MODEL_FILE)
+        say(f"harl: {model.name}: {'; '.join(rewrites)} ({saved})")
     tasks = extract_tasks(relax_mod, target)
     # Builds, the search's threads and the cost model run here, whatever cores the target has
     # (its num-cores shapes the kernels: a farm's target may have 64 cores or one).

@@ -207,3 +207,26 @@ def unsupported_op_model(tmp_path) -> Path:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
     )
+
+
+@pytest.fixture
+def gru_model(tmp_path) -> Path:
+    """A GRU (which TVM's importer lacks) over 5 steps, its last step taken by a Gather with a
+    constant index (which TVM passes to the kernel as an int64 tensor), then a MatMul."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype("float32") * 0.5, name)
+
+    return save_model(
+        tmp_path / "gru.onnx",
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+         helper.make_node("GRU", ["xt", "W", "R", "B"], ["h_all", ""], hidden_size=8),
+         helper.make_node("Gather", ["h_all", "last"], ["h_last"], axis=0),
+         helper.make_node("Reshape", ["h_last", "flat"], ["h"]),
+         helper.make_node("MatMul", ["h", "W_out"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        [weight("W", 1, 24, 4), weight("R", 1, 24, 8), weight("B", 1, 48),
+         int64_tensor("last", 4), int64_tensor("flat", [1, 8]), weight("W_out", 8, 3)],
+    )

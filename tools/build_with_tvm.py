@@ -1,10 +1,13 @@
 """Compile an ONNX model with a harl work dir's database using plain TVM (no harl import).
 
-    python tools/build_with_tvm.py MODEL.onnx WORK_DIR
+    python tools/build_with_tvm.py MODEL.onnx WORK_DIR [--reference ORIGINAL.onnx]
 
 Shows that harl's tuning logs are ordinary MetaSchedule databases: it counts the model's fused
 functions that the database schedules, runs the build on random inputs and compares it with
-onnxruntime. Exits 1 if no tuned function was applied or the outputs disagree.
+onnxruntime. Exits 1 if no tuned function was applied or the outputs disagree. MODEL is the
+graph harl imported: the model itself, or the work dir's `model_imported.onnx` where harl
+rewrote it; `--reference` names the model onnxruntime runs (default: MODEL; the original where
+the rewrite holds operators onnxruntime lacks, such as ConvInteger's int32 Conv).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ def main() -> int:
     parser.add_argument("work_dir", type=Path)
     parser.add_argument("--rtol", type=float, default=1e-3)
     parser.add_argument("--atol", type=float, default=1e-4)
+    parser.add_argument("--reference", type=Path, default=None,
+                        help="the model onnxruntime runs (default: MODEL)")
     args = parser.parse_args()
 
     model = onnx.load(str(args.model))
@@ -102,7 +107,8 @@ def main() -> int:
     result = vm["main"](*[tvm.runtime.tensor(v, device) for v in inputs.values()])
     outputs = [result] if isinstance(result, tvm.runtime.Tensor) else list(result)
     actual = [out.numpy() for out in outputs]
-    session = onnxruntime.InferenceSession(model.SerializeToString(),
+    reference = onnx.load(str(args.reference)) if args.reference else model
+    session = onnxruntime.InferenceSession(reference.SerializeToString(),
                                            providers=["CPUExecutionProvider"])
     expected = session.run(None, inputs)
     max_err = max(float(np.abs(a - e).max()) for a, e in zip(actual, expected, strict=True))

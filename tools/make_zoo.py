@@ -6,11 +6,13 @@
     done  # encoder.onnx ends at its symbolic batch: rerun it with --input-shape x:1,16,64
 
 A robustness sweep, not a benchmark: depthwise convs with ReLU6 and batch norms, a transformer
-encoder layer (symbolic batch: tune it with --input-shape x:1,16,64), a GRU (which TVM's importer
-does not take), a transpose conv with bilinear resize, an embedding bag, a 1-D conv net, masked
-attention whose `chunk` the exporter writes as shape arithmetic, einsum / top-k / argmax / cumsum
-with two inputs and outputs, pixel shuffle with instance norm, group norm with swish, and
-onnxruntime's dynamic int8 quantisation of two of them. Exported with torch's TorchScript
+encoder layer (symbolic batch: tune it with --input-shape x:1,16,64), a GRU (which TVM's
+importer lacks: harl unrolls it), a transpose conv with bilinear resize, an embedding bag, a 1-D
+conv net, masked attention whose `chunk` the exporter writes as shape arithmetic, einsum /
+top-k / argmax / cumsum with two inputs and outputs, pixel shuffle with instance norm, group
+norm with swish, and
+onnxruntime's dynamic int8 quantisation of two of them (its ConvInteger, which TVM's importer
+lacks, harl rewrites as an int32 Conv). Exported with torch's TorchScript
 exporter (`dynamo=False`), opset 17, fixed seeds.
 """
 

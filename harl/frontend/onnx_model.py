@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from harl.errors import HarlError
 
-FOLDED_MODEL_FILE = "model_shapes_folded.onnx"
-"""in the work dir: the graph harl tuned when the model computes tensor shapes in its graph
-(see import_model); plain TVM builds import this one"""
+IMPORTED_MODEL_FILE = "model_imported.onnx"
+"""in the work dir: the graph harl tuned when it is not the model's own (shape computations
+folded, operators TVM's importer lacks rewritten; see import_model); plain TVM builds import
+this one"""
 _SHAPE_ARG = re.compile(r"^(?P<name>[^:]+):(?P<dims>\d+(,\d+)*)$")
 
 
@@ -36,6 +37,9 @@ class OnnxModel:
     shapes_folded: bool = False
     """the graph is the original's with its run-time shape computations folded (see
     `with_shapes_folded`)"""
+    ops_lowered: tuple[str, ...] = ()
+    """operator types TVM's importer lacks that were rewritten into ones it has (see
+    `with_ops_lowered`)"""
 
     @property
     def name(self) -> str:
@@ -134,16 +138,18 @@ def import_model(model: OnnxModel) -> tuple[OnnxModel, object]:
     Expand or a Slice's bounds). TVM's importer keeps such a computation as run-time work: the
     tensors it shapes get no static shape (or a symbolic one), which TVM's lowering cannot
     take, and some of its converters refuse such inputs outright. Then the graph imported is
-    the model's with those computations folded (`with_shapes_folded`).
+    the model's with those computations folded (`with_shapes_folded`). Operators TVM's
+    importer lacks (recurrent layers, ConvInteger) are rewritten first (`with_ops_lowered`).
     """
+    lowered = with_ops_lowered(model)
     try:
-        mod, failure = _relax_of(model), None
+        mod, failure = _relax_of(lowered), None
     except _ImportFailed as err:
         mod, failure = None, err
     if mod is not None and _runtime_shaped(mod) is None:
-        return model, for_inference(mod)
+        return lowered, for_inference(mod)
     try:
-        folded = with_shapes_folded(model)
+        folded = lowered if lowered.shapes_folded else with_ops_lowered(with_shapes_folded(model))
         mod = _relax_of(folded)
     except HarlError:
         if failure is not None:  # the importer's own complaint says more than the fold's
@@ -158,6 +164,26 @@ def import_model(model: OnnxModel) -> tuple[OnnxModel, object]:
 
 class _ImportFailed(HarlError):
     """TVM's importer raised on an operator it does implement (it may take a folded graph)."""
+
+
+def with_ops_lowered(model: OnnxModel) -> OnnxModel:
+    """`model` with the operators TVM's importer lacks (recurrent layers, ConvInteger) rewritten
+    into ones it has (see harl.frontend.lowering); `model` itself when it has none. A recurrent
+    layer whose sequence length only a run-time shape computation gives is lowered in the
+    graph with those computations folded."""
+    from harl.frontend.lowering import ShapeUnknown, lower_ops, lowerable_ops
+
+    ops = lowerable_ops(model.proto)
+    if not ops:
+        return model
+    shapes = {spec.name: spec.shape for spec in model.inputs}
+    try:
+        proto = lower_ops(model.proto, ops, shapes, str(model.path))
+    except ShapeUnknown:
+        if model.shapes_folded:
+            raise
+        return with_ops_lowered(with_shapes_folded(model))
+    return replace(model, proto=proto, ops_lowered=tuple(ops))
 
 
 def _relax_of(model: OnnxModel):

@@ -1,0 +1,198 @@
+"""Operators TVM's importer lacks, rewritten into ones it has: the rewrite computes what
+onnxruntime computes for the original operator."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import save_model
+from onnx import TensorProto, helper, numpy_helper
+
+from harl.errors import HarlError
+from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.frontend.lowering import lowerable_ops
+from harl.frontend.onnx_model import import_model, load_onnx, with_ops_lowered
+from harl.target import parse_target
+
+SEQ, BATCH, INPUT, HIDDEN = 5, 2, 3, 4
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def recurrent_model(path, op, directions=1, layout=0, with_bias=True, initial=False,
+                    peepholes=False, outputs=("Y", "Y_h", "Y_c"), sequence_lens=None,
+                    opset=17, **attrs):
+    """One recurrent node whose weights are initializers; x is the only graph input."""
+    rng = np.random.default_rng(1)
+    gates = GATES[op]
+    x_shape = [SEQ, BATCH, INPUT] if layout == 0 else [BATCH, SEQ, INPUT]
+    state_shape = [directions, BATCH, HIDDEN] if layout == 0 else [BATCH, directions, HIDDEN]
+
+    def weight(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype("float32") * 0.5, name)
+
+    inits = [weight("W", directions, gates * HIDDEN, INPUT),
+             weight("R", directions, gates * HIDDEN, HIDDEN)]
+    names = ["x", "W", "R", "", "", "", "", ""]
+    if with_bias:
+        inits.append(weight("B", directions, 2 * gates * HIDDEN))
+        names[3] = "B"
+    if sequence_lens is not None:
+        inits.append(numpy_helper.from_array(np.asarray(sequence_lens, "int32"), "lens"))
+        names[4] = "lens"
+    if initial:
+        inits.append(weight("h0", *state_shape))
+        names[5] = "h0"
+        if op == "LSTM":
+            inits.append(weight("c0", *state_shape))
+            names[6] = "c0"
+    if peepholes:
+        inits.append(weight("P", directions, 3 * HIDDEN))
+        names[7] = "P"
+    while names[-1] == "":
+        names.pop()
+    outputs = [o for o in outputs if o != "Y_c" or op == "LSTM"]
+    node_outputs = [name if name in outputs else "" for name in ("Y", "Y_h", "Y_c")]
+    node_outputs = node_outputs[: 3 if op == "LSTM" else 2]
+    if layout:
+        attrs["layout"] = layout
+    node = helper.make_node(op, names, node_outputs, hidden_size=HIDDEN,
+                            direction={1: "forward", 2: "bidirectional"}[directions]
+                            if attrs.get("direction") is None else attrs.pop("direction"),
+                            **attrs)
+    y_shape = [SEQ, directions, BATCH, HIDDEN] if layout == 0 else [BATCH, SEQ, directions,
+                                                                     HIDDEN]
+    shapes = {"Y": y_shape, "Y_h": state_shape, "Y_c": state_shape}
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+CASES = {
+    "gru": dict(op="GRU"),
+    "gru_linear_before_reset_reverse": dict(op="GRU", linear_before_reset=1, direction="reverse",
+                                            initial=True),
+    "gru_bidirectional_clip_activations": dict(
+        op="GRU", directions=2, with_bias=False, clip=0.7,
+        activations=["HardSigmoid", "Tanh", "Sigmoid", "LeakyRelu"],
+        activation_alpha=[0.3, 0.2], activation_beta=[0.4]),
+    "gru_only_last_state": dict(op="GRU", outputs=("Y_h",), initial=True),
+    "gru_batch_first": dict(op="GRU", layout=1, initial=True, directions=2),
+    "lstm_peepholes": dict(op="LSTM", peepholes=True, initial=True),
+    "lstm_bidirectional": dict(op="LSTM", directions=2, activations=["Sigmoid", "Tanh", "Relu",
+                                                                     "Sigmoid", "Elu", "Tanh"]),
+    "lstm_batch_first": dict(op="LSTM", layout=1, initial=True),
+    "rnn_relu_full_lengths": dict(op="RNN", activations=["Relu"], sequence_lens=[SEQ] * BATCH),
+    "rnn_bidirectional_opset_9": dict(op="RNN", directions=2, initial=True, opset=9),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_unrolled_recurrent_layer_computes_what_onnxruntime_computes(tmp_path, case):
+    path = recurrent_model(tmp_path / f"{case}.onnx", **CASES[case])
+    model = load_onnx(path)
+    lowered = with_ops_lowered(model)
+    assert lowered.ops_lowered == (CASES[case]["op"],)
+    assert CASES[case]["op"] not in {n.op_type for n in lowered.proto.graph.node}
+    x = {"x": np.random.default_rng(2).standard_normal(model.inputs[0].shape).astype("float32")}
+    expected = onnxruntime_outputs(model.proto, x)
+    actual = ort.InferenceSession(lowered.proto.SerializeToString()).run(None, x)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        assert a.shape == e.shape
+        np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+def onnxruntime_outputs(proto, x: dict) -> list[np.ndarray]:
+    """onnxruntime's outputs; for a batch-first layer (layout 1, which onnxruntime does not run)
+    those of the same layer in layout 0, transposed."""
+    [node] = proto.graph.node
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    if layout == 0:
+        return ort.InferenceSession(proto.SerializeToString()).run(None, x)
+    reference = onnx.ModelProto()
+    reference.CopyFrom(proto)
+    [node] = reference.graph.node
+    next(a for a in node.attribute if a.name == "layout").i = 0
+    for tensor in reference.graph.initializer:
+        if tensor.name in ("h0", "c0"):  # [batch, directions, hidden] -> [directions, ...]
+            swapped = numpy_helper.to_array(tensor).transpose(1, 0, 2)
+            tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(swapped), tensor.name))
+    for value in (*reference.graph.input, *reference.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        sizes = [d.dim_value for d in dims]
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+        if value.name == "Y":  # [batch, seq, dirs, H] -> [seq, dirs, batch, H]
+            sizes = [sizes[0], sizes[2], sizes[1], sizes[3]]
+        for dim, size in zip(dims, sizes, strict=True):
+            dim.dim_value = size
+    outputs = ort.InferenceSession(reference.SerializeToString()).run(
+        None, {"x": x["x"].transpose(1, 0, 2)})
+    names = [value.name for value in reference.graph.output]
+    return [out.transpose(2, 0, 1, 3) if name == "Y" else out.transpose(1, 0, 2)
+            for name, out in zip(names, outputs, strict=True)]
+
+
+def test_a_recurrent_layer_tvm_compiles_matches_onnxruntime(tmp_path):
+    path = recurrent_model(tmp_path / "lstm.onnx", op="LSTM", directions=2, peepholes=True,
+                           initial=True)
+    model = load_onnx(path)
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("LSTM",)
+    assert_tvm_matches_onnxruntime(mod, model)
+
+
+def test_partial_sequence_lengths_are_refused_in_one_line(tmp_path):
+    path = recurrent_model(tmp_path / "gru.onnx", op="GRU", sequence_lens=[SEQ, SEQ - 2])
+    with pytest.raises(HarlError, match="sequence_lens") as err:
+        import_model(load_onnx(path))
+    assert "\n" not in str(err.value)
+
+
+def test_an_unknown_activation_is_refused_in_one_line(tmp_path):
+    path = recurrent_model(tmp_path / "gru.onnx", op="GRU", activations=["Sigmoid", "Gelu"])
+    with pytest.raises(HarlError, match="activation 'Gelu'"):
+        import_model(load_onnx(path))
+
+
+def assert_tvm_matches_onnxruntime(mod, model) -> None:
+    target = parse_target("llvm")
+    compiled = CompiledModel(compile_model(mod, target), target, [s.name for s in model.inputs])
+    inputs = model.random_inputs(0)
+    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
+                          list(model.output_names), rtol=1e-5, atol=1e-5)
+    assert check.verified, check
+
+
+@pytest.mark.parametrize("per_channel_zero", [False, True])
+def test_conv_integer_becomes_an_exact_int32_conv(tmp_path, per_channel_zero):
+    rng = np.random.default_rng(3)
+    weights = numpy_helper.from_array(rng.integers(0, 256, (4, 3, 3, 3)).astype("uint8"), "w")
+    w_zero = (rng.integers(100, 150, (4,)) if per_channel_zero else np.array(128)).astype("uint8")
+    path = save_model(
+        tmp_path / "conv_integer.onnx",
+        [helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], pads=[1] * 4)],
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 4, 6, 6])],
+        [weights, numpy_helper.from_array(np.array(7, "uint8"), "x_zero"),
+         numpy_helper.from_array(w_zero, "w_zero")])
+    model = load_onnx(path)
+    assert lowerable_ops(model.proto) == ["ConvInteger"]
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("ConvInteger",)
+    target = parse_target("llvm")
+    compiled = CompiledModel(compile_model(mod, target), target, ["x"])
+    x = {"x": rng.integers(0, 256, (1, 3, 6, 6)).astype("uint8")}
+    [actual] = compiled.run(x)
+    # The definition, in int64: onnxruntime takes no per-channel zero point.
+    shifted = np.pad(x["x"].astype(np.int64) - 7, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    kernel = numpy_helper.to_array(weights).astype(np.int64) - w_zero.reshape(-1, 1, 1, 1)
+    windows = np.lib.stride_tricks.sliding_window_view(shifted, (3, 3), axis=(2, 3))
+    expected = np.einsum("bchwij,ocij->bohw", windows, kernel)
+    np.testing.assert_array_equal(actual, expected)
+    if not per_channel_zero:
+        [reference] = ort.InferenceSession(path.read_bytes()).run(None, x)
+        np.testing.assert_array_equal(actual, reference)
