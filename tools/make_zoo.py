@@ -6,14 +6,14 @@
     done  # encoder.onnx ends at its symbolic batch: rerun it with --input-shape x:1,16,64
 
 A robustness sweep, not a benchmark: depthwise convs with ReLU6 and batch norms, a transformer
-encoder layer (symbolic batch: tune it with --input-shape x:1,16,64), a GRU (which TVM's
-importer lacks: harl unrolls it), a transpose conv with bilinear resize, an embedding bag, a 1-D
-conv net, masked attention whose `chunk` the exporter writes as shape arithmetic, einsum /
-top-k / argmax / cumsum with two inputs and outputs, pixel shuffle with instance norm, group
-norm with swish, and
-onnxruntime's dynamic int8 quantisation of two of them (its ConvInteger, which TVM's importer
-lacks, harl rewrites as an int32 Conv). Exported with torch's TorchScript
-exporter (`dynamo=False`), opset 17, fixed seeds.
+encoder layer (symbolic batch: tune it with --input-shape x:1,16,64), a GRU and a two-layer
+bidirectional LSTM tagger (recurrent layers TVM's importer lacks: harl unrolls them), a
+transpose conv with bilinear resize, an embedding bag, a 1-D conv net, masked attention whose
+`chunk` the exporter writes as shape arithmetic, einsum / top-k / argmax / cumsum with two
+inputs and outputs, pixel shuffle with instance norm, group norm with swish, and onnxruntime's
+dynamic int8 quantisation of two of them (its ConvInteger, which TVM's importer lacks, harl
+rewrites as an int32 Conv). Exported with torch's TorchScript exporter (`dynamo=False`), opset
+17, fixed seeds.
 """
 
 from __future__ import annotations
@@ -62,6 +62,18 @@ class Recurrent(nn.Module):
     def forward(self, x):
         y, _ = self.gru(x)
         return self.out(y[:, -1])
+
+
+class LstmTagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(500, 24)
+        self.lstm = nn.LSTM(24, 32, num_layers=2, bidirectional=True, batch_first=True)
+        self.tag = nn.Linear(64, 5)
+
+    def forward(self, ids):
+        y, _ = self.lstm(self.embed(ids))
+        return self.tag(y)
 
 
 class UNetLite(nn.Module):
@@ -153,6 +165,7 @@ def models() -> dict:
         "mobile_block": (MobileBlock(), (torch.randn(1, 3, 64, 64),), ["x"], None),
         "encoder": (Encoder(), (torch.randn(1, 16, 64),), ["x"], {"x": {0: "batch"}}),
         "gru": (Recurrent(), (torch.randn(1, 8, 16),), ["x"], None),
+        "lstm_tagger": (LstmTagger(), (torch.randint(0, 500, (1, 20)),), ["ids"], None),
         "unet_lite": (UNetLite(), (torch.randn(1, 8, 32, 32),), ["x"], None),
         "text_classifier": (TextClassifier(), (torch.randint(0, 1000, (2, 12)),), ["ids"],
                             None),

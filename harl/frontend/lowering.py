@@ -288,27 +288,24 @@ class _Recurrent:
         return self.g.op("Gather", [tensor, self.g.const(direction, np.int64, "direction")],
                          axis=axis)
 
-    def _entries(self, tensor: str, count: int, axis: int) -> list[str]:
-        """A computed tensor's `count` entries along `axis`, each as a [batch, hidden] matrix.
-
-        One Split, not a Gather per entry: TVM would pass a Gather's index to the kernel as a
-        tensor (which the tuner's runner fills with random, out-of-range integers), and would
-        make each entry's Slice a task of its own."""
+    def _split(self, tensor: str, count: int, axis: int, size: int = 1) -> list[str]:
+        """`tensor` cut into `count` parts of `size` along `axis`, by one Split: not a Gather
+        per part, whose index TVM would pass to the kernel as a tensor (which the tuner's
+        runner fills with random, out-of-range integers), nor a Slice per part, each a task of
+        its own."""
         g = self.g
         if count == 1:
-            parts = [tensor]
-        elif g.opset < 13:
-            parts = g.op_outputs("Split", [tensor], count, axis=axis, split=[1] * count)
-        else:
-            parts = g.op_outputs("Split", [tensor, g.const([1] * count, np.int64, "split")],
-                                 count, axis=axis)
-        shape = g.const([self.batch, self.hidden], np.int64, "shape")
-        return [g.op("Reshape", [part, shape]) for part in parts]
+            return [tensor]
+        if g.opset < 13:
+            return g.op_outputs("Split", [tensor], count, axis=axis, split=[size] * count)
+        return g.op_outputs("Split", [tensor, g.const([size] * count, np.int64, "split")],
+                            count, axis=axis)
 
-    def _rows(self, tensor: str, start: int, axis: int = 0) -> str:
-        """Rows [start, start + hidden) of `tensor` along `axis` (one gate's weights)."""
-        index = self.g.const(np.arange(start, start + self.hidden), np.int64, "gate_rows")
-        return self.g.op("Gather", [tensor, index], axis=axis)
+    def _rows(self, tensor: str, start: int, count: int = 1) -> str:
+        """Rows [start, start + count * hidden) of `tensor` (gates' weights or biases)."""
+        index = self.g.const(np.arange(start, start + count * self.hidden), np.int64,
+                             "gate_rows")
+        return self.g.op("Gather", [tensor, index], axis=0)
 
     def unroll(self) -> None:
         g, node = self.g, self.node
@@ -321,11 +318,9 @@ class _Recurrent:
             ys.append(g.op("Reshape", [g.op("Concat", steps_h, axis=0),
                                        g.const([self.seq, 1, self.batch, self.hidden],
                                                np.int64, "shape")]))
-            hs.append(g.op("Reshape", [last_h, g.const([1, self.batch, self.hidden], np.int64,
-                                                       "shape")]))
+            hs.append(last_h)
             if last_c is not None:
-                cs.append(g.op("Reshape", [last_c, g.const([1, self.batch, self.hidden],
-                                                           np.int64, "shape")]))
+                cs.append(last_c)
         outputs = [(ys, 1, [2, 0, 1, 3]), (hs, 0, [1, 0, 2]), (cs, 0, [1, 0, 2])]
         for index, (parts, axis, perm) in enumerate(outputs):
             name = node.output[index] if len(node.output) > index else ""
@@ -338,70 +333,76 @@ class _Recurrent:
                 g.op("Identity", [joined], output=name)
 
     def _direction(self, x: str, d: int, direction: str):
-        """The hidden state after each step in time order, the last hidden and cell states."""
-        g, node, H = self.g, self.node, self.hidden
-        w = self._direction_slice(_input(node, 1), d)  # [gates * H, input]
-        r = self._direction_slice(_input(node, 2), d)  # [gates * H, H]
+        """The hidden state after each step in time order, the last hidden and cell states,
+        each [1, batch, hidden].
+
+        Each step multiplies the hidden state by the recurrent weights of all its gates at
+        once (one kernel, not one per gate), except GRU's candidate gate without
+        linear_before_reset, whose product takes the reset hidden state.
+        """
+        g, node, H, G = self.g, self.node, self.hidden, self.gates
+        w = self._direction_slice(_input(node, 1), d)  # [G * H, input]
+        r = self._direction_slice(_input(node, 2), d)  # [G * H, H]
         bias = _input(node, 3)
-        b = self._direction_slice(bias, d) if bias else None  # [2 * gates * H]
-        w_t = [g.op("Transpose", [self._rows(w, k * H)]) for k in range(self.gates)]
-        r_t = [g.op("Transpose", [self._rows(r, k * H)]) for k in range(self.gates)]
-        b_w = [self._rows(b, k * H) if b else None for k in range(self.gates)]
-        b_r = [self._rows(b, (self.gates + k) * H) if b else None for k in range(self.gates)]
-        # GRU's candidate gate with linear_before_reset keeps its recurrent bias inside the reset
-        separate = {2} if self.kind == "GRU" and self.linear_before_reset else set()
+        b = self._direction_slice(bias, d) if bias else None  # [2 * G * H]
+        gru_reset_first = self.kind == "GRU" and not self.linear_before_reset
+        joint = 2 if gru_reset_first else G  # gates whose recurrent products are one MatMul
+        r_joint = g.op("Transpose", [self._rows(r, 0, joint)])  # [H, joint * H]
+        r_candidate = g.op("Transpose", [self._rows(r, 2 * H)]) if gru_reset_first else None
+        # GRU's candidate with linear_before_reset keeps its recurrent bias inside the reset
+        b_inside = (self._rows(b, (G + 2) * H) if b and self.kind == "GRU"
+                    and self.linear_before_reset else None)
         projections = []  # per gate: x W^T + biases for every step, [seq, batch, H]
-        for k in range(self.gates):
-            p = g.op("MatMul", [x, w_t[k]])
-            for bias_part in (b_w[k], None if k in separate else b_r[k]):
-                if bias_part is not None:
-                    p = g.op("Add", [p, bias_part])
+        for k in range(G):
+            p = g.op("MatMul", [x, g.op("Transpose", [self._rows(w, k * H)])])
+            if b:
+                both = k != 2 or b_inside is None
+                p = g.op("Add", [p, self._rows(b, k * H) if not both else
+                                 g.op("Add", [self._rows(b, k * H),
+                                              self._rows(b, (G + k) * H)])])
             projections.append(p)
         h = self._initial(5, d)
         c = self._initial(6, d) if self.kind == "LSTM" else None
         peep = _input(node, 7) if self.kind == "LSTM" else ""
         p_d = self._direction_slice(peep, d) if peep else None
         peepholes = [self._rows(p_d, k * H) for k in range(3)] if p_d else [None] * 3
-        f_act = self.activations[d]
+        act = self.activations[d]
         order = range(self.seq) if direction == "forward" else range(self.seq - 1, -1, -1)
-        by_gate = [self._entries(p, self.seq, axis=0) for p in projections]
+        by_gate = [self._split(p, self.seq, axis=0) for p in projections]
         by_time = {}
         for t in order:
-            step = [steps[t] for steps in by_gate]
+            xs = [steps[t] for steps in by_gate]
+            rec = self._split(g.op("MatMul", [h, r_joint]), joint, axis=2, size=H)
+            pre = [g.op("Add", [xs[k], rec[k]]) for k in range(joint)]
             if self.kind == "RNN":
-                h = f_act[0](g.op("Add", [step[0], g.op("MatMul", [h, r_t[0]])]))
+                h = act[0](pre[0])
             elif self.kind == "GRU":
-                h = self._gru_step(step, h, r_t, b_r[2], f_act)
+                z, reset = act[0](pre[0]), act[0](pre[1])
+                if gru_reset_first:
+                    inner = g.op("MatMul", [g.op("Mul", [reset, h]), r_candidate])
+                else:
+                    recurrent = rec[2] if b_inside is None else g.op("Add", [rec[2], b_inside])
+                    inner = g.op("Mul", [reset, recurrent])
+                candidate = act[1](g.op("Add", [xs[2], inner]))
+                # H = (1 - z) * candidate + z * H, written with one product
+                h = g.op("Add", [candidate, g.op("Mul", [z, g.op("Sub", [h, candidate])])])
             else:
-                h, c = self._lstm_step(step, h, c, r_t, peepholes, f_act)
+                h, c = self._lstm_step(pre, c, peepholes, act)
             by_time[t] = h
         return [by_time[t] for t in range(self.seq)], h, c
 
     def _initial(self, index: int, d: int) -> str:
+        """Initial hidden (5) or cell (6) state of direction `d`, [1, batch, hidden]."""
+        g, shape = self.g, [1, self.batch, self.hidden]
         state = _input(self.node, index)
-        if state:
-            entries = self._entries(state, len(self.directions), axis=0 if self.layout == 0 else 1)
-            return entries[d]
-        return self.g.const(np.zeros((self.batch, self.hidden)), self.dtype, "zeros")
+        if not state:
+            return g.const(np.zeros(shape), self.dtype, "zeros")
+        entries = self._split(state, len(self.directions), axis=0 if self.layout == 0 else 1)
+        return g.op("Reshape", [entries[d], g.const(shape, np.int64, "shape")])
 
-    def _gru_step(self, x, h, r_t, b_rh, act) -> str:
+    def _lstm_step(self, pre, c, peepholes, act) -> tuple[str, str]:
+        """One LSTM step from its gates' pre-activations (order i, o, f, c)."""
         g = self.g
-        z = act[0](g.op("Add", [x[0], g.op("MatMul", [h, r_t[0]])]))
-        r = act[0](g.op("Add", [x[1], g.op("MatMul", [h, r_t[1]])]))
-        if self.linear_before_reset:
-            recurrent = g.op("MatMul", [h, r_t[2]])
-            if b_rh is not None:
-                recurrent = g.op("Add", [recurrent, b_rh])
-            candidate = act[1](g.op("Add", [x[2], g.op("Mul", [r, recurrent])]))
-        else:
-            candidate = act[1](g.op("Add", [x[2], g.op("MatMul", [g.op("Mul", [r, h]),
-                                                                  r_t[2]])]))
-        # H = (1 - z) * candidate + z * H, written with one product
-        return g.op("Add", [candidate, g.op("Mul", [z, g.op("Sub", [h, candidate])])])
-
-    def _lstm_step(self, x, h, c, r_t, peepholes, act) -> tuple[str, str]:
-        g = self.g
-        pre = [g.op("Add", [x[k], g.op("MatMul", [h, r_t[k]])]) for k in range(4)]  # i o f c
         p_i, p_o, p_f = peepholes
         if p_i is not None:
             pre[0] = g.op("Add", [pre[0], g.op("Mul", [p_i, c])])
