@@ -5,8 +5,10 @@ import threading
 
 import numpy as np
 import pytest
+import tvm
 import tvm_ffi
 from conftest import conv2d_module, matmul_module
+from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
@@ -229,6 +231,30 @@ def test_a_task_whose_samples_always_fail_ends():
     strategy.replay.fresh = lambda sketch, count: []
     strategy.replay.states = lambda sketch, states: [None] * len(states)
     assert strategy.generate_measure_candidates() is None
+
+
+def relu_module(n: int = 64):
+    a = te.placeholder((n, n), name="A")
+    b = te.compute((n, n), lambda i, j: te.max(a[i, j], 0.0), name="B")
+    return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+
+def test_a_sketch_that_samples_nothing_is_replayed_once_per_fill_and_then_ends():
+    # Every replay of such a sketch is the same program; a fused chain of many blocks takes
+    # 50 ms each, and a pool of 64 of them once cost a GRU model's run 24 s for two trials.
+    strategy, spaces = make_strategy(mod=relu_module())
+    strategy.pre_tuning(8, 4, spaces, None, ms.cost_model.RandomModel())
+    assert strategy.sketches and all(s.deterministic for s in strategy.sketches)
+    draws, fresh = [], strategy.replay.fresh
+
+    def counted(sketch, count):
+        draws.append(count)
+        return fresh(sketch, count)
+
+    strategy.replay.fresh = counted
+    batches = measured_batches(strategy)
+    assert set(draws) == {1}
+    assert sum(map(len, batches)) == len(strategy.sketches)  # one program each, then it ends
 
 
 def test_elites_keep_the_best_measured_states():

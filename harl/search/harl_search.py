@@ -81,6 +81,9 @@ class Sketch:
     elites: list[tuple[float, State]] = field(default_factory=list)
     shortcut: LocationShortcut | None = None
     """replays its sampled compute location cheaply, for scoring (see location_shortcut)"""
+    deterministic: bool = False
+    """the trace samples nothing: every replay is the same program, so one is drawn, not a
+    pool (a fused chain of many blocks may take 50 ms to replay)"""
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
@@ -136,7 +139,9 @@ class HarlSearchStrategy(PySearchStrategy):
             sites = [site_of(inst) for inst in tunable_insts(trace)]
             tuner = TileTuner(sites, self.config.tile, seed=self.seed * 1009 + index,
                               policy=self.policy, options=initial_options(trace))
-            self.sketches.append(Sketch(trace, tuner, shortcut=self.replay.shortcut_of(trace)))
+            deterministic = not any(inst.kind.name.startswith("Sample") for inst in trace.insts)
+            self.sketches.append(Sketch(trace, tuner, shortcut=self.replay.shortcut_of(trace),
+                                        deterministic=deterministic))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         with self.metrics.timing("search/agent_seconds"):
             self._seed_elites(database)
@@ -265,6 +270,8 @@ class HarlSearchStrategy(PySearchStrategy):
         cache: dict[State, object] = {}
         fresh: list[State] = []
         drawn = max(self.config.fresh_pool, count) if learned else count
+        if sketch.deterministic:
+            drawn = 1
         for state, sch in self.replay.fresh(sketch, drawn):
             cache.setdefault(state, sch)
             fresh.append(state)
