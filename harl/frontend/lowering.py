@@ -62,14 +62,11 @@ def _tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int
     """Name -> (dims, ONNX element type) of every tensor shape inference can tell."""
     import onnx
 
+    from harl.frontend.onnx_model import set_input_shapes
+
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
-    for graph_input in probe.graph.input:
-        if graph_input.name in input_shapes:
-            shape = graph_input.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in input_shapes[graph_input.name]:
-                shape.dim.add().dim_value = size
+    set_input_shapes(probe, input_shapes)
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
     except Exception:  # noqa: BLE001  (onnx raises several kinds; shapes stay unknown)

@@ -242,13 +242,7 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
                 if graph_input.name not in initializers]
         del proto.graph.input[:]
         proto.graph.input.extend(kept)
-    shapes = {spec.name: spec.shape for spec in model.inputs}
-    for graph_input in proto.graph.input:
-        if graph_input.name in shapes:
-            shape = graph_input.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in shapes[graph_input.name]:
-                shape.dim.add().dim_value = size
+    set_input_shapes(proto, {spec.name: spec.shape for spec in model.inputs})
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     options.log_severity_level = 3
@@ -262,6 +256,16 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
             raise HarlError(f"{model.path}: some tensor shapes are computed at run time, and "
                             f"onnxruntime could not fold them: {_first_line(err)}") from None
     return OnnxModel(model.path, folded, model.inputs, model.output_names, shapes_folded=True)
+
+
+def set_input_shapes(proto, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Write `shapes` (name -> dims) into the matching graph inputs of `proto`, in place."""
+    for graph_input in proto.graph.input:
+        if graph_input.name in shapes:
+            shape = graph_input.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shapes[graph_input.name]:
+                shape.dim.add().dim_value = size
 
 
 def for_inference(mod):
