@@ -82,6 +82,8 @@ CASES = {
     "gru_only_last_state": dict(op="GRU", outputs=("Y_h",), initial=True),
     "gru_batch_first": dict(op="GRU", layout=1, initial=True, directions=2),
     "lstm_peepholes": dict(op="LSTM", peepholes=True, initial=True),
+    "lstm_bidirectional_clip": dict(op="LSTM", directions=2, clip=0.3, peepholes=True,
+                                    initial=True),
     "lstm_bidirectional": dict(op="LSTM", directions=2, activations=["Sigmoid", "Tanh", "Relu",
                                                                      "Sigmoid", "Elu", "Tanh"]),
     "lstm_batch_first": dict(op="LSTM", layout=1, initial=True),

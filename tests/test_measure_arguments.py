@@ -3,7 +3,7 @@
 import numpy as np
 import tvm
 
-from harl.measure.arguments import _allocate
+from harl.measure.arguments import _allocate, _is_wide_integer
 
 
 def test_wide_integer_tensors_are_zeros_and_the_rest_is_filled():
@@ -21,3 +21,8 @@ def test_wide_integer_tensors_are_zeros_and_the_rest_is_filled():
     assert not args[1].numpy().any() and not args[2].numpy().any()
     assert (args[0].numpy() == 7).all()
     assert len(_allocate(fill, tvm.cpu(0), args_info, alloc_repeat=3)) == 3
+
+
+def test_dtypes_numpy_does_not_name_are_not_indices():
+    assert not _is_wide_integer("float32x4") and not _is_wide_integer("e4m3_float8")
+    assert _is_wide_integer("int64") and not _is_wide_integer("int8")

@@ -207,10 +207,10 @@ class _Recurrent:
         self.clip = attrs.get("clip")
         x = _input(node, 0)
         dims = graph.dims(x)
-        self.dtype = graph.np_type(x)  # of the constants the layer's arithmetic adds
-        if len(dims) != 3 or any(not d for d in dims):
+        if len(dims) != 3 or any(not d for d in dims) or not graph.shapes.get(x, ([], 0))[1]:
             raise ShapeUnknown(f"{graph.where}: {node.op_type} node {graph.prefix!r}: the shape "
                                f"of its input {x!r} is not known statically ({dims})")
+        self.dtype = graph.np_type(x)  # of the constants the layer's arithmetic adds
         self.seq, self.batch = (dims[0], dims[1]) if self.layout == 0 else (dims[1], dims[0])
         w_dims = graph.dims(_input(node, 2))
         self.hidden = int(attrs.get("hidden_size") or (w_dims[-1] if w_dims else 0))
@@ -231,7 +231,7 @@ class _Recurrent:
         alphas = list(attrs.get("activation_alpha", []))
         betas = list(attrs.get("activation_beta", []))
         functions = []
-        for name in names:
+        for position, name in enumerate(names):
             params = _ACTIVATION_PARAMS.get(name.lower())
             if params is None:
                 raise self.g.fail(f"activation {name!r} is not supported")
@@ -240,17 +240,20 @@ class _Recurrent:
                 alpha = alphas.pop(0)
             if uses_beta and betas:
                 beta = betas.pop(0)
-            functions.append(self._activation(name.lower(), float(alpha), float(beta)))
+            # onnxruntime clips the gates' pre-activations, not the LSTM cell state that h takes
+            clip = None if self.kind == "LSTM" and position % per_direction == 2 else self.clip
+            functions.append(self._activation(name.lower(), float(alpha), float(beta), clip))
         return [functions[i * per_direction:(i + 1) * per_direction]
                 for i in range(len(self.directions))]
 
-    def _activation(self, name: str, alpha: float, beta: float) -> Callable[[str], str]:
+    def _activation(self, name: str, alpha: float, beta: float,
+                    clip: float | None) -> Callable[[str], str]:
         g, dtype = self.g, self.dtype
 
         def apply(x: str) -> str:
-            if self.clip is not None:
-                x = g.op("Max", [g.op("Min", [x, g.const(self.clip, dtype, "clip")]),
-                                 g.const(-self.clip, dtype, "clip")])
+            if clip is not None:
+                x = g.op("Max", [g.op("Min", [x, g.const(clip, dtype, "clip")]),
+                                 g.const(-clip, dtype, "clip")])
             if name in ("relu", "tanh", "sigmoid", "softsign", "softplus"):
                 return g.op({"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid",
                              "softsign": "Softsign", "softplus": "Softplus"}[name], [x])
@@ -430,8 +433,15 @@ def _lower_conv_integer(graph: _Graph, node) -> None:
         value = graph.op("Cast", [tensor], to=TensorProto.INT32)
         if zero:
             zero = graph.op("Cast", [zero], to=TensorProto.INT32)
-            if per_channel and len(graph.dims(_input(node, 3))) == 1:  # one per output channel
-                rank = len(graph.dims(w)) or 4
+            zero_rank = len(graph.dims(w_zero)) if w_zero in graph.shapes else None
+            if per_channel and zero_rank is None:
+                raise ShapeUnknown(f"{graph.where}: ConvInteger node {graph.prefix!r}: the rank "
+                                   f"of its weight zero point {w_zero!r} is unknown")
+            if per_channel and zero_rank == 1:  # one per output channel
+                rank = len(graph.dims(w))
+                if rank < 3:
+                    raise ShapeUnknown(f"{graph.where}: ConvInteger node {graph.prefix!r}: the "
+                                       f"rank of its weight {w!r} is unknown")
                 zero = graph.op("Reshape", [zero, graph.const([-1] + [1] * (rank - 1),
                                                               np.int64, "shape")])
             value = graph.op("Sub", [value, zero])

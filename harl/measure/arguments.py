@@ -14,7 +14,10 @@ import numpy as np
 
 
 def _is_wide_integer(dtype: str) -> bool:
-    kind = np.dtype(dtype)
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:  # a dtype only TVM names (float32x4, e4m3_float8): not an index
+        return False
     return kind.kind in "iu" and kind.itemsize > 1
 
 
