@@ -171,7 +171,8 @@ def with_ops_lowered(model: OnnxModel) -> OnnxModel:
     into ones it has (see harl.frontend.lowering); `model` itself when it has none. A recurrent
     layer whose sequence length only a run-time shape computation gives is lowered in the
     graph with those computations folded."""
-    from harl.frontend.lowering import ShapeUnknown, lower_ops, lowerable_ops
+    from harl.frontend.graph_writer import ShapeUnknown
+    from harl.frontend.lowering import lower_ops, lowerable_ops
 
     ops = lowerable_ops(model.proto)
     if not ops:

@@ -1,0 +1,133 @@
+"""Writing ONNX nodes that replace one node of a graph: fresh names, constants, and what shape
+inference tells of the graph's tensors (used by harl.frontend.lowering)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harl.errors import HarlError
+
+
+class ShapeUnknown(HarlError):
+    """A shape the rewrite needs is not known statically (it may be once shapes are folded)."""
+
+
+def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]]:
+    """Name -> (dims, ONNX element type) of every tensor shape inference can tell."""
+    import onnx
+
+    from harl.frontend.onnx_model import set_input_shapes
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    set_input_shapes(probe, input_shapes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)
+    except Exception:  # noqa: BLE001  (onnx raises several kinds; shapes stay unknown)
+        inferred = probe
+    shapes = {}
+    values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
+    for value in values:
+        tensor_type = value.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim]
+        shapes[value.name] = (dims, tensor_type.elem_type)
+    for tensor in inferred.graph.initializer:
+        shapes[tensor.name] = (list(tensor.dims), tensor.data_type)
+    return shapes
+
+
+class GraphWriter:
+    """Emits the nodes and constants that replace one node, under names nothing else uses."""
+
+    def __init__(self, graph, shapes, where: str, opset: int) -> None:
+        self.shapes = shapes
+        self.opset = opset
+        self.where = where
+        self.constants = {t.name: t for t in graph.initializer}
+        for node in graph.node:  # Constant nodes hold values too (a sequence_lens, say)
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+                self.constants[node.output[0]] = node.attribute[0].t
+        self.taken = {name for node in graph.node for name in (*node.input, *node.output)}
+        self.taken |= {node.name for node in graph.node} | set(self.constants)
+        self.taken |= {v.name for v in (*graph.input, *graph.output)}
+        self.initializers = []
+        self.nodes = []
+        self.prefix = ""
+        self.node = None
+
+    def begin(self, node) -> None:
+        self.node = node
+        self.prefix = node.name or f"{node.op_type}_{node.output[0]}"
+
+    def take_nodes(self) -> list:
+        nodes, self.nodes = self.nodes, []
+        return nodes
+
+    def fail(self, why: str) -> HarlError:
+        """The one-line error that the node being rewritten cannot be."""
+        return HarlError(f"{self.where}: {self.node.op_type} node {self.prefix!r}: {why}")
+
+    def unknown(self, why: str) -> ShapeUnknown:
+        """The error that a shape the rewrite needs is not known (yet)."""
+        return ShapeUnknown(f"{self.where}: {self.node.op_type} node {self.prefix!r}: {why}")
+
+    def name(self, hint: str) -> str:
+        base = f"{self.prefix}/{hint}"
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}_{n}", n + 1
+        self.taken.add(name)
+        return name
+
+    def const(self, value, dtype, hint: str = "const") -> str:
+        from onnx import numpy_helper
+
+        name = self.name(hint)
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], hint: str | None = None,
+           output: str | None = None, **attrs) -> str:
+        from onnx import helper
+
+        output = output or self.name(hint or op_type)
+        self.nodes.append(helper.make_node(op_type, inputs, [output], name=self.name(op_type),
+                                           **attrs))
+        return output
+
+    def op_outputs(self, op_type: str, inputs: list[str], count: int, **attrs) -> list[str]:
+        from onnx import helper
+
+        outputs = [self.name(f"{op_type}_{i}") for i in range(count)]
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=self.name(op_type),
+                                           **attrs))
+        return outputs
+
+    def dims(self, tensor: str) -> list[int | None]:
+        return list(self.shapes.get(tensor, ([], 0))[0])
+
+    def np_type(self, tensor: str):
+        from onnx import helper
+
+        elem_type = self.shapes.get(tensor, ([], 0))[1]
+        if not elem_type:
+            raise self.fail(f"the element type of {tensor!r} is unknown")
+        return helper.tensor_dtype_to_np_dtype(elem_type)
+
+    def constant_value(self, tensor: str) -> np.ndarray | None:
+        from onnx import numpy_helper
+
+        found = self.constants.get(tensor)
+        return None if found is None else numpy_helper.to_array(found)
+
+
+def node_attrs(node) -> dict:
+    """A node's attributes by name, as Python values."""
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def node_input(node, index: int) -> str:
+    """A node's input `index`, "" where it is absent (optional inputs)."""
+    return node.input[index] if len(node.input) > index else ""
