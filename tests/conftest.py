@@ -12,6 +12,8 @@ import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
+from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "tasks" / "examples"
 
@@ -35,6 +37,16 @@ def conv2d_module(size: int = 8, channels: int = 4):
     out = te.compute((1, channels, size, size), lambda n, f, h, w: te.sum(
         pad[n, rc, h + rh, w + rw] * weight[f, rc, rh, rw], axis=[rc, rh, rw]), name="conv")
     return tvm.IRModule({"main": te.create_prim_func([data, weight, out])})
+
+
+def assert_matches_onnxruntime(relax_mod, model, target, rtol: float, atol: float) -> None:
+    """`relax_mod` compiled computes what onnxruntime computes for `model`."""
+    compiled = CompiledModel(compile_model(relax_mod, target), target,
+                             [spec.name for spec in model.inputs])
+    inputs = model.random_inputs(0)
+    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
+                          list(model.output_names), rtol=rtol, atol=atol)
+    assert check.verified, check
 
 
 def shipped_prior_applies() -> bool:

@@ -5,11 +5,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import save_model
+from conftest import assert_matches_onnxruntime, save_model
 from onnx import TensorProto, helper, numpy_helper
 
 from harl.errors import HarlError
-from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.evaluate import CompiledModel, compile_model
 from harl.frontend.lowering import lowerable_ops
 from harl.frontend.onnx_model import import_model, load_onnx, with_ops_lowered
 from harl.target import parse_target
@@ -144,7 +144,7 @@ def test_a_recurrent_layer_tvm_compiles_matches_onnxruntime(tmp_path):
     model = load_onnx(path)
     imported, mod = import_model(model)
     assert imported.ops_lowered == ("LSTM",)
-    assert_tvm_matches_onnxruntime(mod, model)
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
 
 
 def test_partial_sequence_lengths_are_refused_in_one_line(tmp_path):
@@ -158,15 +158,6 @@ def test_an_unknown_activation_is_refused_in_one_line(tmp_path):
     path = recurrent_model(tmp_path / "gru.onnx", op="GRU", activations=["Sigmoid", "Gelu"])
     with pytest.raises(HarlError, match="activation 'Gelu'"):
         import_model(load_onnx(path))
-
-
-def assert_tvm_matches_onnxruntime(mod, model) -> None:
-    target = parse_target("llvm")
-    compiled = CompiledModel(compile_model(mod, target), target, [s.name for s in model.inputs])
-    inputs = model.random_inputs(0)
-    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
-                          list(model.output_names), rtol=1e-5, atol=1e-5)
-    assert check.verified, check
 
 
 @pytest.mark.parametrize("per_channel_zero", [False, True])

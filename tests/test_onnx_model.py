@@ -2,11 +2,15 @@
 
 import numpy as np
 import pytest
-from conftest import save_conv_bn_model, save_model, save_shape_computing_model
+from conftest import (
+    assert_matches_onnxruntime,
+    save_conv_bn_model,
+    save_model,
+    save_shape_computing_model,
+)
 from onnx import TensorProto, helper
 
 from harl.errors import HarlError
-from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
 from harl.frontend.onnx_model import (
     import_model,
     import_to_relax,
@@ -75,15 +79,6 @@ def test_unsupported_operator_is_named(unsupported_op_model):
     model = load_onnx(unsupported_op_model)
     with pytest.raises(HarlError, match="Celu"):
         import_to_relax(model)
-
-
-def assert_matches_onnxruntime(relax_mod, model, target, rtol: float, atol: float) -> None:
-    """`relax_mod` compiled computes what onnxruntime computes for `model` (input "x")."""
-    compiled = CompiledModel(compile_model(relax_mod, target), target, ["x"])
-    inputs = model.random_inputs(0)
-    check = check_outputs(compiled.run(inputs), OnnxRuntimeModel(model, threads=1).run(inputs),
-                          list(model.output_names), rtol=rtol, atol=atol)
-    assert check.verified, check
 
 
 @pytest.mark.parametrize(("conv_bias", "dtype", "folded"), [
