@@ -6,9 +6,10 @@ SampleCategorical (unroll depth), the loop of each SampleComputeLocation and the
 the sketch annotates. An action changes one decision and keeps the state legal: a prime factor
 moves between two levels of a tile, or a choice site takes another of its known options.
 
-Trajectories start from the best measured states and from fresh samples. At each step a few moves
-are proposed, the cost model scores the states they lead to, and the actor-critic
-(`tile_policy.TilePolicy`) picks one. Rewards are the predicted improvements, corrected by
+Trajectories start from the best measured states and from fresh samples. At each step some moves
+are proposed, a surrogate on the decisions alone (`decision_surrogate`) keeps its best few, the
+cost model scores the states they lead to, and the actor-critic (`tile_policy.TilePolicy`) picks
+one. Rewards are the predicted improvements, corrected by
 measurements after the batch has run; PPO then updates the policy. Exploration adapts as the task
 converges: while measurements keep improving, epsilon, trajectory length and the share of fresh
 samples shrink (exploit); when they stall, they grow.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harl.agents.decision_surrogate import DecisionSurrogate, SurrogateConfig
 from harl.agents.tile_policy import (
     FEATURE_DIM,
     SITE_KINDS,
@@ -50,7 +52,8 @@ class TileTunerConfig:
     """Hyperparameters of the tile tuner."""
 
     proposals_per_step: int = 8
-    """moves proposed (and scored by the cost model) at each step of a trajectory"""
+    """moves proposed and scored by the cost model at each step of a trajectory while the
+    surrogate does not screen (see `SurrogateConfig` for when it does)"""
     trajectory_length: int = 6
     """steps per trajectory when the task is neither improving nor stalled"""
     epsilon: float = 0.15
@@ -62,6 +65,8 @@ class TileTunerConfig:
     stall_batches: int = 2
     """batches without improvement after which exploration grows"""
     policy: TilePolicyConfig = field(default_factory=TilePolicyConfig)
+    surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
+    """screens each step's proposals before the cost model scores them"""
 
 
 @dataclass
@@ -183,6 +188,12 @@ class TileTuner:
         self.steps: list[Step] = []
         self.step_of: dict[State, int] = {}  # state reached -> index of the step reaching it
         self.predicted: dict[State, float] = {}
+        self.surrogate = DecisionSurrogate([site.kind for site in self.sites], config.surrogate,
+                                           seed)
+
+    def observe(self, states: Sequence[State], scores: Sequence[float]) -> None:
+        """States the cost model scored outside a trajectory (a pool of fresh samples)."""
+        self.surrogate.observe(states, scores)
 
     def add_options(self, site_index: int, values: Sequence[int]) -> None:
         """Options of a choice site seen in fresh samples (legal by construction)."""
@@ -203,10 +214,10 @@ class TileTuner:
                 return site_index, tuple(new_state)
         return None
 
-    def _proposals(self, state: State) -> dict[State, int]:
-        """Distinct neighbours of `state`, each with the site its move changed."""
+    def _proposals(self, state: State, count: int) -> dict[State, int]:
+        """Up to `count` distinct neighbours of `state`, each with the site its move changed."""
         proposals: dict[State, int] = {}
-        for _ in range(self.config.proposals_per_step):
+        for _ in range(count):
             move = self.neighbour(state)
             if move is not None:
                 site_index, new_state = move
@@ -228,20 +239,32 @@ class TileTuner:
             return SearchResult(visited, [])
         first = _evaluate(evaluator, list(starts))
         visited.update(zip(starts, map(float, first.scores), strict=True))
+        if learn:
+            self.surrogate.observe(starts, first.scores)
+        screening = learn and self.surrogate.fit()
+        count = (self.config.surrogate.proposed if screening
+                 else self.config.proposals_per_step)
         walks = [_Walk(state, float(first.scores[k]), first.features[k])
                  for k, state in enumerate(starts)]
         for t in range(self.trajectory_length):
             moving = []
             for walk in (w for w in walks if w.active):
-                moves = list(self._proposals(walk.current).items())
+                moves = list(self._proposals(walk.current, count).items())
                 walk.active = bool(moves)
                 if moves:
                     moving.append((walk, moves))
             if not moving:
                 break
+            predicted = None
+            if screening:
+                moving, predicted = self._screened(moving)
             proposed = [s for _, moves in moving for s, _ in moves]
             found = _evaluate(evaluator, proposed)
             visited.update(zip(proposed, map(float, found.scores), strict=True))
+            if learn:
+                self.surrogate.observe(proposed, found.scores)
+            if predicted is not None:
+                self.surrogate.check(predicted, found.scores)
             offset = 0
             for walk, moves in moving:
                 span = slice(offset, offset + len(moves))
@@ -259,6 +282,24 @@ class TileTuner:
                 if walk.steps:
                     self.steps[-1].last = True
         return SearchResult(visited, list(dict.fromkeys(state for _, state in bests)))
+
+    def _screened(self, moving: list) -> tuple[list, np.ndarray]:
+        """Each walk's proposals cut to the surrogate's best `keep`; with probability epsilon
+        the last of them is swapped for a random other, so exploration still reaches moves the
+        surrogate undervalues. Returns the kept moves and their predicted scores."""
+        keep = self.config.surrogate.keep
+        predicted = self.surrogate.predict([s for _, moves in moving for s, _ in moves])
+        kept, kept_predicted, offset = [], [], 0
+        for walk, moves in moving:
+            scores = predicted[offset: offset + len(moves)]
+            offset += len(moves)
+            order = list(np.argsort(-scores, kind="stable"))
+            chosen = order[:keep]
+            if len(order) > keep and self.rng.random() < self.epsilon:
+                chosen[-1] = order[keep + int(self.rng.integers(len(order) - keep))]
+            kept.append((walk, [moves[i] for i in chosen]))
+            kept_predicted.extend(scores[chosen])
+        return kept, np.asarray(kept_predicted)
 
     def _step(self, walk: _Walk, moves: list[tuple[State, int]], scores: np.ndarray,
               features: np.ndarray, progress: float) -> None:
@@ -292,6 +333,7 @@ class TileTuner:
     def learn(self) -> dict[str, float]:
         """PPO update on the kept steps, which are then dropped."""
         losses = self.policy.update(self.steps, self.epsilon) if self.steps else {}
+        losses.update(self.surrogate.take_metrics())
         self.steps, self.step_of, self.predicted = [], {}, {}
         return losses
 

@@ -285,6 +285,7 @@ class HarlSearchStrategy(PySearchStrategy):
         ranked = fresh
         if learned:
             scores = evaluate(fresh).scores
+            sketch.tuner.observe(fresh, scores)
             ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         if sketch.elites:
             elites = [state for _, state in sketch.elites]
