@@ -143,15 +143,18 @@ def test_the_surrogate_ranks_unseen_states_and_puts_illegal_ones_below_legal_one
 
 
 def test_screened_trajectories_score_fewer_states_and_climb_as_far():
-    """After a pool of scored samples, each step scores the surrogate's best few proposals
-    instead of all of them; the trajectories end about as high."""
+    """Once the surrogate ranks a pool of scored samples well, each step scores its best few
+    proposals instead of all of them; the trajectories end about as high."""
     results = {}
     for keep in (0, SurrogateConfig().keep):
         rng = np.random.default_rng(5)
         config = TileTunerConfig(trajectory_length=8, epsilon=0.05,
                                  surrogate=SurrogateConfig(keep=keep))
         tuner = TileTuner(SITES, config, seed=5)
-        pool = [random_state(rng) for _ in range(64)]
+        learned = [random_state(rng) for _ in range(64)]  # an earlier fill's pool
+        tuner.observe(learned, [landscape(s) for s in learned])
+        tuner.surrogate.fit()
+        pool = [random_state(rng) for _ in range(64)]  # this fill's: judges it, then trains it
         tuner.observe(pool, [landscape(s) for s in pool])
         starts = sorted(pool, key=landscape)[-4:]
         calls = []
@@ -165,3 +168,22 @@ def test_screened_trajectories_score_fewer_states_and_climb_as_far():
     (all_scored, all_best), (screened_scored, screened_best) = results.values()
     assert screened_scored < 0.7 * all_scored
     assert screened_best >= all_best - 1.0
+
+
+def test_a_surrogate_that_ranks_a_fresh_pool_badly_does_not_screen():
+    rng = np.random.default_rng(2)
+    tuner = TileTuner(SITES, TileTunerConfig(), seed=2)
+    learned = [random_state(rng) for _ in range(64)]
+    tuner.observe(learned, [landscape(s) for s in learned])
+    tuner.surrogate.fit()
+    pool = [random_state(rng) for _ in range(64)]
+    tuner.observe(pool, list(rng.permutation([landscape(s) for s in pool])))  # unrelated scores
+    assert not tuner.surrogate.trusted
+    calls = []
+
+    def score(states):
+        calls.append(len(states))
+        return np.array([landscape(s) for s in states])
+
+    tuner.search(sorted(pool, key=landscape)[-4:], score)
+    assert max(calls[1:]) > 4 * tuner.config.surrogate.keep  # every walk's 8 proposals scored

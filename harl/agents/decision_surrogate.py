@@ -33,6 +33,10 @@ class SurrogateConfig:
     window: int = 768
     """latest scored states the surrogate is fit on: the cost model retrains during the run, so
     old scores age"""
+    min_trust: float = 0.5
+    """rank correlation its predictions must have reached on the sketch's latest pool of fresh
+    samples (predicted before it learned from them) for the surrogate to screen; below it, or
+    before it was judged, every proposal is scored"""
     trees: int = 16
     """boosted trees per fit"""
     depth: int = 4
@@ -51,6 +55,7 @@ class DecisionSurrogate:
         self.booster = None
         self.fitted_on = 0
         self.checks: list[tuple[float, float]] = []  # (predicted, scored) of screened moves
+        self.trust: float | None = None
 
     def encode(self, states: Sequence[tuple]) -> np.ndarray:
         """One row per state: log2 of every tile factor, the index or value of every choice."""
@@ -74,6 +79,20 @@ class DecisionSurrogate:
         excess = len(self.scores) - self.config.window
         if excess > 0:
             del self.encoded[:excess], self.scores[:excess]
+
+    def judge(self, states: Sequence[tuple], scores: Sequence[float]) -> None:
+        """Its trust: how its predictions rank `states`, which it has not learned from, against
+        the cost model's `scores` (a pool of fresh samples: a random, unscreened draw)."""
+        scores = np.asarray(scores, dtype=float)
+        legal = np.isfinite(scores)
+        if self.booster is None or legal.sum() < 8:
+            return
+        predicted = self.predict([state for state, ok in zip(states, legal, strict=True) if ok])
+        self.trust = rank_correlation(predicted, scores[legal])
+
+    @property
+    def trusted(self) -> bool:
+        return self.trust is not None and self.trust >= self.config.min_trust
 
     def fit(self) -> bool:
         """Refit on the window; False (and no screening) while too few states were scored."""
@@ -109,12 +128,11 @@ class DecisionSurrogate:
                            if np.isfinite(s))
 
     def take_metrics(self) -> dict[str, float]:
-        """Rank correlation of prediction and score over the moves checked since the last call
-        (among screened moves only, so lower than over all proposals)."""
-        if len(self.checks) < 3:
-            self.checks = []
-            return {}
-        predicted, scored = map(np.asarray, zip(*self.checks, strict=True))
+        """Its trust, and the rank correlation of prediction and score over the moves checked
+        since the last call (screened moves only, so a narrower range than a pool's)."""
+        metrics = {} if self.trust is None else {"surrogate_trust": float(self.trust)}
+        if len(self.checks) >= 3:
+            predicted, scored = map(np.asarray, zip(*self.checks, strict=True))
+            metrics["surrogate_rho"] = rank_correlation(predicted, scored)
         self.checks = []
-        return {"surrogate_rho": rank_correlation(predicted, scored),
-                "surrogate_fitted_on": float(self.fitted_on)}
+        return metrics

@@ -192,7 +192,9 @@ class TileTuner:
                                            seed)
 
     def observe(self, states: Sequence[State], scores: Sequence[float]) -> None:
-        """States the cost model scored outside a trajectory (a pool of fresh samples)."""
+        """A pool of fresh samples the cost model scored: the surrogate is judged on them, then
+        learns from them."""
+        self.surrogate.judge(states, scores)
         self.surrogate.observe(states, scores)
 
     def add_options(self, site_index: int, values: Sequence[int]) -> None:
@@ -241,7 +243,7 @@ class TileTuner:
         visited.update(zip(starts, map(float, first.scores), strict=True))
         if learn:
             self.surrogate.observe(starts, first.scores)
-        screening = learn and self.surrogate.fit()
+        screening = learn and self.surrogate.fit() and self.surrogate.trusted
         count = (self.config.surrogate.proposed if screening
                  else self.config.proposals_per_step)
         walks = [_Walk(state, float(first.scores[k]), first.features[k])
