@@ -53,7 +53,6 @@ class DecisionSurrogate:
         self.encoded: list[np.ndarray] = []
         self.scores: list[float] = []
         self.booster = None
-        self.fitted_on = 0
         self.checks: list[tuple[float, float]] = []  # (predicted, scored) of screened moves
         self.trust: float | None = None
 
@@ -112,12 +111,7 @@ class DecisionSurrogate:
                   "seed": self.seed, "objective": "reg:squarederror", "tree_method": "hist"}
         data = xgb.DMatrix(np.stack(self.encoded), label=targets)
         self.booster = xgb.train(params, data, self.config.trees)
-        self.fitted_on = len(self.scores)
         return True
-
-    @property
-    def ready(self) -> bool:
-        return self.booster is not None
 
     def predict(self, states: Sequence[tuple]) -> np.ndarray:
         return np.asarray(self.booster.inplace_predict(self.encode(states)), dtype=float)
