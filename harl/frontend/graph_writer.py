@@ -106,10 +106,14 @@ class GraphWriter:
     def dims(self, tensor: str) -> list[int | None]:
         return list(self.shapes.get(tensor, ([], 0))[0])
 
+    def elem_type(self, tensor: str) -> int:
+        """`tensor`'s ONNX element type, 0 where shape inference could not tell it."""
+        return self.shapes.get(tensor, ([], 0))[1]
+
     def np_type(self, tensor: str):
         from onnx import helper
 
-        elem_type = self.shapes.get(tensor, ([], 0))[1]
+        elem_type = self.elem_type(tensor)
         if not elem_type:
             raise self.fail(f"the element type of {tensor!r} is unknown")
         return helper.tensor_dtype_to_np_dtype(elem_type)

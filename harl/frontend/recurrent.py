@@ -42,7 +42,7 @@ class _Recurrent:
         self.clip = attrs.get("clip")
         x = node_input(node, 0)
         dims = graph.dims(x)
-        if len(dims) != 3 or any(not d for d in dims) or not graph.shapes.get(x, ([], 0))[1]:
+        if len(dims) != 3 or any(not d for d in dims) or not graph.elem_type(x):
             raise graph.unknown(f"the shape of its input {x!r} is not known statically ({dims})")
         self.dtype = graph.np_type(x)  # of the constants the layer's arithmetic adds
         self.seq, self.batch = (dims[0], dims[1]) if self.layout == 0 else (dims[1], dims[0])
