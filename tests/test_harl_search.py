@@ -351,6 +351,26 @@ def test_fresh_share_follows_trust_within_bounds():
     assert fresh_count(8, True, trust=1.0, tuner_share=0.25, max_share=0.5) == 2  # tuner's floor
 
 
+def test_a_sketch_draws_the_broad_pool_until_it_has_elites_then_the_refining_one():
+    strategy, spaces = make_strategy(64, scorer=RankingScorer(1))
+    strategy.pre_tuning(64, 8, spaces, None, None)
+    drawn = []  # (sketch had elites, samples drawn)
+    fresh = strategy.replay.fresh
+
+    def spy(sketch, count):
+        drawn.append((bool(sketch.elites), count))
+        return fresh(sketch, count)
+    strategy.replay.fresh = spy
+    for _ in range(2):
+        candidates = strategy.generate_measure_candidates()
+        strategy.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    config = strategy.config
+    assert config.refine_pool < config.fresh_pool
+    assert {count for elites, count in drawn if not elites} == {config.fresh_pool}
+    assert {count for elites, count in drawn if elites} == {config.refine_pool}
+
+
 def test_elites_are_refined_before_the_cost_model_has_learned():
     """With a model still guessing, half of a sketch's batch are mutations of its elites."""
     strategy, spaces = make_strategy(64)  # ProgramScorer without a model: never informative
