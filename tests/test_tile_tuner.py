@@ -142,6 +142,18 @@ def test_the_surrogate_ranks_unseen_states_and_puts_illegal_ones_below_legal_one
     assert np.median(predicted[~legal]) < np.percentile(predicted[legal], 10)
 
 
+def test_the_surrogate_keeps_one_row_per_state_with_its_latest_score():
+    surrogate = DecisionSurrogate([site.kind for site in SITES], SurrogateConfig(window=3), 0)
+    rng = np.random.default_rng(1)
+    a, b, c, d = (random_state(rng) for _ in range(4))
+    surrogate.observe([a, b, a], [1.0, 2.0, 3.0])
+    surrogate.observe([c, b], [4.0, 5.0])
+    assert {state: score for state, (_, score) in surrogate.rows.items()} == {a: 3.0, c: 4.0,
+                                                                               b: 5.0}
+    surrogate.observe([d], [-np.inf])  # the window holds the latest 3 distinct states
+    assert list(surrogate.rows) == [c, b, d]
+
+
 def test_screened_trajectories_score_fewer_states_and_climb_as_far():
     """Once the surrogate ranks a pool of scored samples well, each step scores its best few
     proposals instead of all of them; the trajectories end about as high."""

@@ -31,8 +31,8 @@ class SurrogateConfig:
     """scored states of the sketch before the surrogate screens (a fill's pool of fresh samples
     alone is enough)"""
     window: int = 768
-    """latest scored states the surrogate is fit on: the cost model retrains during the run, so
-    old scores age"""
+    """latest distinct scored states the surrogate is fit on: the cost model retrains during the
+    run, so old scores age"""
     min_trust: float = 0.5
     """rank correlation its predictions must have reached on the sketch's latest pool of fresh
     samples (predicted before it learned from them) for the surrogate to screen; below it, or
@@ -50,8 +50,7 @@ class DecisionSurrogate:
         self.site_kinds = list(site_kinds)
         self.config = config
         self.seed = seed
-        self.encoded: list[np.ndarray] = []
-        self.scores: list[float] = []
+        self.rows: dict[tuple, tuple[np.ndarray, float]] = {}  # state -> (encoding, score)
         self.booster = None
         self.checks: list[tuple[float, float]] = []  # (predicted, scored) of screened moves
         self.trust: float | None = None
@@ -70,14 +69,16 @@ class DecisionSurrogate:
         return np.asarray(rows, dtype=np.float32)
 
     def observe(self, states: Sequence[tuple], scores: Sequence[float]) -> None:
-        """States the cost model scored (-inf: illegal)."""
+        """States the cost model scored (-inf: illegal). A state seen again keeps one row, with
+        its latest score (a pool's best come back as trajectory starts, and trajectories revisit
+        states): each state weighs alike in the fit, and the window holds distinct states."""
         if not states or not self.site_kinds:
             return
-        self.encoded.extend(self.encode(states))
-        self.scores.extend(float(s) for s in scores)
-        excess = len(self.scores) - self.config.window
-        if excess > 0:
-            del self.encoded[:excess], self.scores[:excess]
+        for state, row, score in zip(states, self.encode(states), scores, strict=True):
+            self.rows.pop(state, None)
+            self.rows[state] = (row, float(score))
+        for state in list(self.rows)[: max(0, len(self.rows) - self.config.window)]:
+            del self.rows[state]
 
     def judge(self, states: Sequence[tuple], scores: Sequence[float]) -> None:
         """Its trust: how its predictions rank `states`, which it has not learned from, against
@@ -95,12 +96,12 @@ class DecisionSurrogate:
 
     def fit(self) -> bool:
         """Refit on the window; False (and no screening) while too few states were scored."""
-        if self.config.keep <= 0 or len(self.scores) < self.config.min_samples:
+        if self.config.keep <= 0 or len(self.rows) < self.config.min_samples:
             self.booster = None
             return False
         import xgboost as xgb
 
-        targets = np.asarray(self.scores, dtype=float)
+        targets = np.asarray([score for _, score in self.rows.values()], dtype=float)
         legal = np.isfinite(targets)
         if legal.sum() < 2:
             self.booster = None
@@ -109,7 +110,7 @@ class DecisionSurrogate:
         targets = np.where(legal, targets, low - max(spread, 1e-6))  # illegal: below all
         params = {"max_depth": self.config.depth, "eta": 0.3, "nthread": 2, "verbosity": 0,
                   "seed": self.seed, "objective": "reg:squarederror", "tree_method": "hist"}
-        data = xgb.DMatrix(np.stack(self.encoded), label=targets)
+        data = xgb.DMatrix(np.stack([row for row, _ in self.rows.values()]), label=targets)
         self.booster = xgb.train(params, data, self.config.trees)
         return True
 
