@@ -11,7 +11,6 @@ import tvm_ffi
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
-from tvm.s_tir.schedule import Trace
 
 from harl.agents.model_trust import TrustBoard
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
@@ -23,12 +22,12 @@ from harl.report.metrics import MetricsLogger
 from harl.search.location_shortcut import LocationShortcut
 from harl.search.program_scorer import ProgramScorer
 from harl.search.sketch_replay import SketchReplay
+from harl.search.stored_elites import stored_elites
 from harl.search.trace_sites import (
     initial_options,
     serial_variant,
     site_of,
     state_of,
-    structure_of,
     tunable_insts,
 )
 
@@ -159,31 +158,13 @@ class HarlSearchStrategy(PySearchStrategy):
         return traces
 
     def _seed_elites(self, database) -> None:
-        """On resume, each sketch's elites are the database's best records of this workload.
-
-        A record's trace is its sketch's instructions followed by what the postprocs added, so
-        it belongs to the sketch whose structure is its longest matching prefix.
-        """
-        if database is None or not self.sketches or not database.has_workload(self.mod):
-            return
-        structures = [structure_of(sketch.trace.insts) for sketch in self.sketches]
-        workload = database.commit_workload(self.mod)  # the stored one: nothing is written
-        top = database.get_top_k(workload, 4 * self.config.elites_per_sketch * len(structures))
-        stored: dict[int, list[tuple[float, State]]] = {}  # sketch -> records, best first
-        for record in top:
-            insts = list(record.trace.insts)
-            names = structure_of(insts)
-            matches = [i for i, s in enumerate(structures) if names[: len(s)] == s]
-            if not matches or not record.run_secs:
-                continue
-            sketch_id = max(matches, key=lambda i: len(structures[i]))
-            prefix = insts[: len(structures[sketch_id])]
-            decisions = {inst: value for inst, value in record.trace.decisions.items()
-                         if any(inst.same_as(x) for x in prefix)}
-            latency = float(np.mean([float(x) for x in record.run_secs]))
-            stored.setdefault(sketch_id, []).append((latency, state_of(Trace(prefix, decisions))))
-            self.best_s = min(self.best_s, latency)
+        """On resume, each sketch's elites are the database's best records of this workload
+        (see `stored_elites`), and none of them is measured again."""
+        limit = 4 * self.config.elites_per_sketch * len(self.sketches)
+        stored = stored_elites(database, self.mod, [sketch.trace for sketch in self.sketches],
+                               limit)
         for sketch_id, records in stored.items():  # one replay call per sketch: on the threads
+            self.best_s = min([self.best_s, *(latency for latency, _ in records)])
             states = [state for _, state in records]
             for sch in self.replay.states(self.sketches[sketch_id], states):
                 if sch is not None:  # measured already: not again
