@@ -138,6 +138,10 @@ def test_smoke_runs_every_stage(smoke):
     for r in rows:
         assert r["model"] == "mlp" and r["exit_code"] == "0" and r["verified"] == "true"
         assert int(r["trials_done"]) >= 6 and float(r["latency_ms"]) > 0
+        # --smoke times in 2 fresh processes; the latency is the median of their medians.
+        per_process = [float(v) for v in r["latency_ms_per_process"].split()]
+        assert len(per_process) == 2 and float(r["latency_ms"]) == pytest.approx(
+            sum(per_process) / 2, rel=1e-3)
         assert float(r["vs_onnxruntime"]) > 0 and float(r["tune_wall_s"]) > 0
         assert float(r["build_s_per_trial"]) > 0 and float(r["run_s_per_trial"]) > 0
         # harl.tune ran with --no-evaluate: the verification above is the bench's own.

@@ -73,10 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="interleaved timing rounds per model (default 10)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="timings per build per round (default 5)")
+    parser.add_argument("--timing-processes", type=int, default=3,
+                        help="fresh processes that each compile and time every build; a "
+                             "build's latency is the median over them (default 3)")
     parser.add_argument("--resume", action="store_true",
                         help="reuse runs whose work dir already holds a report.json")
     parser.add_argument("--smoke", action="store_true",
-                        help="mlp.onnx, both strategies, 6 trials, seed 0, 3 timing rounds")
+                        help="mlp.onnx, both strategies, 6 trials, seed 0, 3 timing rounds "
+                             "in 2 processes")
     parser.add_argument("--roofline", action="store_true",
                         help="FMA peak, numpy BLAS and harl-tuned matmul / conv2d in GFLOP/s")
     parser.add_argument("--roofline-size", type=int, default=1024,
@@ -116,7 +120,7 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
     if args.smoke:
         args.models, args.strategies = [str(SMOKE_MODEL)], "harl,metaschedule"
         args.trials, args.trials_per_task, args.seeds = [6], None, [0]
-        args.rounds, args.repeats = 3, 3
+        args.rounds, args.repeats, args.timing_processes = 3, 3, 2
     if not args.models:
         raise HarlError("name at least one model (or use --smoke / --roofline)")
     from harl.search import STRATEGIES
@@ -132,7 +136,10 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
     labels = [model_label(path) for path in models]
     if len(set(labels)) != len(labels):
         raise HarlError(f"two models share a name (output folders would clash): {labels}")
-    settings = TimingSettings(rounds=args.rounds, repeats=args.repeats)
+    if min(args.rounds, args.repeats, args.timing_processes) <= 0:
+        raise HarlError("--rounds, --repeats and --timing-processes must be positive")
+    settings = TimingSettings(rounds=args.rounds, repeats=args.repeats,
+                              processes=args.timing_processes)
 
     all_runs, references, plots = [], {}, []
     for path in models:

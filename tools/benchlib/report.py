@@ -14,7 +14,8 @@ from benchlib.timing import ONNXRUNTIME, UNTUNED
 BASELINE = "metaschedule"
 
 RUN_COLUMNS = ("model", "strategy", "trials", "seed", "exit_code", "tune_wall_s", "process_wall_s",
-               "trials_done", "final_estimate_ms", "latency_ms", "vs_metaschedule",
+               "trials_done", "final_estimate_ms", "latency_ms", "latency_ms_per_process",
+               "vs_metaschedule",
                "vs_onnxruntime", "vs_untuned", "verified", "max_abs_err",
                "build_s_per_trial", "run_s_per_trial", "search_s_per_trial",
                "agents_s_per_trial", "cost_model_training_s_per_trial", "work_dir")
@@ -72,7 +73,8 @@ def write_runs_csv(path: Path, runs: Sequence[RunResult],
             writer.writerow([_fmt(v) for v in (
                 run.spec.label, run.spec.strategy, run.spec.trials, run.spec.seed, run.exit_code,
                 run.report.get("tune_seconds"), run.process_s, run.report.get("trials_done"),
-                run.final_estimate_ms, run.latency_ms, vs_baseline(run, runs),
+                run.final_estimate_ms, run.latency_ms,
+                " ".join(_fmt(v) for v in run.latencies_ms), vs_baseline(run, runs),
                 ratio(run.latency_ms, refs.get(ONNXRUNTIME)),
                 ratio(run.latency_ms, refs.get(UNTUNED)), run.verified, run.max_abs_err,
                 cost.build_s if cost else None, cost.run_s if cost else None,
@@ -174,16 +176,17 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
     seeds = sorted({r.spec.seed for r in runs})
     parts = ["# harl benchmark", "", "```", *header, "```", "",
              f"Seeds {', '.join(map(str, seeds))}. Cells are the median over seeds, "
-             "[min, max] when they differ. Latencies come from one process per model that "
+             "[min, max] when they differ. Latencies: each of several fresh processes per model "
              "compiles every run's database and times all builds, untuned TVM and onnxruntime "
-             "round-robin (medians); only ratios are compared. \"to metaschedule's final\": "
-             "trials and tuning seconds until a run's end-to-end estimate (weighted sum of the "
-             "best measured task latencies, counted once every task is measured) first reaches "
-             "the final estimate of the metaschedule run with the same budget and seed, with "
-             "the number of seeds that reached it; for metaschedule itself, when it reached its "
-             "own final. Per-trial seconds: the loop's wall time per measured trial, split into "
-             "building, running (measuring) and the rest (search strategy, cost model, "
-             "scheduler).", "",
+             "round-robin; a build's latency is the median over processes of its per-process "
+             "medians (runs.csv lists them); only ratios are compared. "
+             "\"to metaschedule's final\": trials and tuning seconds until a run's end-to-end "
+             "estimate (weighted sum of the best measured task latencies, counted once every "
+             "task is measured) first reaches the final estimate of the metaschedule run with "
+             "the same budget and seed, with the number of seeds that reached it; for "
+             "metaschedule itself, when it reached its own final. Per-trial seconds: the loop's "
+             "wall time per measured trial, split into building, running (measuring) and the "
+             "rest (search strategy, cost model, scheduler).", "",
              markdown_table(SUMMARY_COLUMNS, summary_rows(runs, references)), ""]
     for label, refs in references.items():
         verified = [r for r in runs if r.spec.label == label and r.verified is not None]

@@ -38,7 +38,8 @@ class RunResult:
     curve: list[CurvePoint] = field(default_factory=list)
     cost: TrialCost | None = None
     # Filled by the interleaved timing of the model's builds:
-    latency_ms: float | None = None
+    latency_ms: float | None = None  # median over the timing processes
+    latencies_ms: list[float] = field(default_factory=list)  # one median per timing process
     verified: bool | None = None
     max_abs_err: float | None = None
 
