@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from harl.measure.build_pool import StragglerCutoff
 
 
 def doc(text: str, **kwargs):
@@ -18,6 +22,12 @@ class MeasureConfig:
     """How candidates are built and timed."""
 
     build_timeout_s: float = doc("seconds one candidate may take to compile", default=60.0)
+    straggler_factor: float = doc("abandon a build still running after this many times the "
+                                  "median of its batch's finished builds (0: never); such "
+                                  "candidates unrolled into huge, slow kernels", default=20.0)
+    straggler_grace_s: float = doc("but never before this many seconds: near-best kernels "
+                                   "compiled in up to 1.6 s, 19 times their task's median",
+                                   default=5.0)
     run_timeout_s: float = doc("seconds one candidate may take to run", default=30.0)
     number: int = doc("runs averaged into one timing", default=3)
     repeat: int = doc("timings taken per candidate (their mean is the candidate's latency)",
@@ -28,6 +38,14 @@ class MeasureConfig:
                                       default=None)
     max_failed_batches: int = doc("stop a task after this many batches in a row in which every "
                                   "candidate failed", default=3)
+
+    def straggler_cutoff(self) -> StragglerCutoff | None:
+        """When a straggling build is abandoned; None when `straggler_factor` is 0."""
+        from harl.measure.build_pool import StragglerCutoff  # imports TVM: not at --help
+
+        if self.straggler_factor <= 0:
+            return None
+        return StragglerCutoff(self.straggler_factor, self.straggler_grace_s)
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             if own_builder:
                 builder = PersistentBuilder(
                     max_workers=measure.builder_workers or settings.num_cores,
-                    timeout_s=measure.build_timeout_s, clock=clock, interrupt=interrupt)
+                    timeout_s=measure.build_timeout_s, clock=clock, interrupt=interrupt,
+                    cutoff=measure.straggler_cutoff())
             contexts = [
                 ms.TuneContext(
                     mod=task.mod,

@@ -2,21 +2,21 @@
 
 TVM's LocalBuilder starts new workers for every batch, and each imports every tensor intrinsic
 (30-40 s per batch on 2 cores). Here workers are started once, import only TVM, and are recycled
-after `max_uses` builds to bound the leak that made TVM restart them.
+after `max_uses` builds to bound the leak that made TVM restart them. A build that runs far
+longer than its batch's others is abandoned (see harl.measure.build_pool).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import tempfile
 import time
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.support.popen_pool import PopenPoolExecutor
 
 from harl.interrupt import InterruptFlag
+from harl.measure.build_pool import BuildJob, BuildPool, StragglerCutoff
 from harl.measure.clock import StageClock
 from harl.measure.worker_lifetime import worker_initializer
 
@@ -53,41 +53,36 @@ class PersistentBuilder(PyBuilder):
 
     def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
                  clock: StageClock | None = None,
-                 interrupt: InterruptFlag | None = None) -> None:
+                 interrupt: InterruptFlag | None = None,
+                 cutoff: StragglerCutoff | None = None) -> None:
         super().__init__()
         self.clock = clock
         self.max_workers = max_workers
         self.timeout_s = timeout_s
         self.max_uses = max_uses
         self.interrupt = interrupt  # checked while a batch builds: Ctrl-C need not wait for it
-        self._pool: PopenPoolExecutor | None = None
+        self.cutoff = cutoff  # None: only `timeout_s` ends a build
+        self._pool: BuildPool | None = None
 
-    def _get_pool(self) -> PopenPoolExecutor:
+    def _get_pool(self) -> BuildPool:
         if self._pool is None:
-            self._pool = PopenPoolExecutor(
-                max_workers=self.max_workers,
-                timeout=self.timeout_s,
-                maximum_process_uses=self.max_uses,
-                initializer=worker_initializer(),
-            )
+            self._pool = BuildPool(self.max_workers, self.timeout_s, self.max_uses,
+                                   initializer=worker_initializer())
         return self._pool
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         start = time.perf_counter()
         pool = self._get_pool()
-        futures = [pool.submit(build_in_worker, item.mod, item.target) for item in build_inputs]
-        pending = set(futures)
-        while pending:
-            if self.interrupt is not None:
-                self.interrupt.check()
-            _, pending = concurrent.futures.wait(pending, timeout=0.2)
+        jobs = [pool.submit(build_in_worker, item.mod, item.target) for item in build_inputs]
+        pool.wait(jobs, self.cutoff,
+                  check=self.interrupt.check if self.interrupt is not None else None)
         if self.clock is not None:
             self.clock.build_s += time.perf_counter() - start
-        return [self._result(future) for future in futures]
+        return [self._result(job) for job in jobs]
 
-    def _result(self, future) -> BuilderResult:
+    def _result(self, job: BuildJob) -> BuilderResult:
         try:
-            return BuilderResult(future.result(), None)
+            return BuilderResult(job.future.result(), None)
         except TimeoutError:
             return BuilderResult(None, f"build timed out after {self.timeout_s} s")
         except Exception as err:  # noqa: BLE001  (a failed build is a result, not a crash)
@@ -96,5 +91,5 @@ class PersistentBuilder(PyBuilder):
     def shutdown(self) -> None:
         """Stop the worker processes."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False)
+            self._pool.shutdown()
             self._pool = None

@@ -1,0 +1,194 @@
+"""Long-lived build processes, one per thread, in which a straggling build can be abandoned.
+
+Within a task, a candidate that compiles far longer than the others is one whose loops LLVM
+unrolled into a huge body, and such a kernel runs slowly too: in session 28's sample of 1,900
+stored candidates (docs/benchmarks.md), every build of 5 s or more was a kernel 4-15 times slower
+than its task's best (or a failure), and the slowest took 48-152 s. So once a build has run
+`factor` times as long as the median of its batch's finished builds (and at least `grace_s`), it
+is abandoned: its process is killed and the candidate scores as a failed build. Only that
+process dies; the others go on with the batch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tvm.support.popen_pool import PopenWorker, kill_child_processes
+
+
+@dataclass(frozen=True)
+class StragglerCutoff:
+    """When a build still running is abandoned (defaults: harl.config.MeasureConfig)."""
+
+    factor: float
+    """times the median duration of the batch's finished builds"""
+    grace_s: float
+    """never earlier"""
+
+    def why(self, limit_s: float) -> str:
+        return (f"build abandoned after {limit_s:.1f} s, {self.factor:g} times the median of its "
+                "batch's other builds: such candidates ran slowly where they were measured")
+
+    def limit_s(self, finished_s: list[float]) -> float | None:
+        """Seconds a build may run, given the batch's finished builds; None: no limit yet."""
+        if not finished_s:
+            return None
+        return max(self.grace_s, self.factor * statistics.median(finished_s))
+
+
+@dataclass
+class BuildJob:
+    """One call in flight: when it started, in which process, and how it ended."""
+
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    started: float | None = None
+    finished: float | None = None
+    pid: int | None = None
+    abandoned: str | None = None
+    """why the build was abandoned, if it was"""
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started is None or self.finished is None:
+            return None
+        return self.finished - self.started
+
+
+class BuildAbandoned(Exception):
+    """The build ran far longer than its batch's others and was killed."""
+
+
+class _BuildProcess:
+    """One worker process whose pid is known, so that its build can be killed.
+
+    It is recycled here, not by PopenWorker, so that a new process's pid is always asked for.
+    """
+
+    def __init__(self, initializer: Callable | None, max_uses: int) -> None:
+        self.worker = PopenWorker(initializer)
+        self.max_uses = max_uses
+        self.pid: int | None = None
+        self.uses = 0
+
+    def call(self, job: BuildJob, fn: Callable, args: tuple, timeout_s: float,
+             closed: threading.Event):
+        if closed.is_set():
+            raise ChildProcessError("the build pool was shut down")
+        if self.pid is not None and self.uses >= self.max_uses:
+            self.worker.kill()
+            self.pid = None
+        if self.pid is None:
+            self.worker.send(os.getpid)
+            self.pid, self.uses = self.worker.recv(), 0
+        self.uses += 1
+        job.pid, job.started = self.pid, time.perf_counter()
+        self.worker.send(fn, args, None, timeout_s)
+        try:
+            return self.worker.recv()
+        except (ChildProcessError, TimeoutError):
+            self.pid = None  # recv killed it: the next call starts another
+            raise
+        finally:
+            job.finished = time.perf_counter()
+
+    def kill(self) -> None:
+        self.worker.kill()
+        self.pid = None
+
+
+class BuildPool:
+    """`max_workers` threads, each driving one long-lived worker process."""
+
+    def __init__(self, max_workers: int, timeout_s: float, max_uses: int,
+                 initializer: Callable | None = None) -> None:
+        self.timeout_s = timeout_s
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers)
+        self._local = threading.local()
+        self._processes: list[_BuildProcess] = []
+        self._lock = threading.Lock()
+        self._initializer = initializer
+        self._max_uses = max_uses
+        self._closed = threading.Event()
+
+    def _process(self) -> _BuildProcess:
+        process = getattr(self._local, "process", None)
+        if process is None:
+            process = self._local.process = _BuildProcess(self._initializer, self._max_uses)
+            with self._lock:
+                self._processes.append(process)
+        return process
+
+    def submit(self, fn: Callable, *args) -> BuildJob:
+        job = BuildJob()
+
+        def run():
+            return self._process().call(job, fn, args, self.timeout_s, self._closed)
+
+        inner = self._threads.submit(run)
+        inner.add_done_callback(lambda done: _settle(job, done))
+        return job
+
+    def wait(self, jobs: list[BuildJob], cutoff: StragglerCutoff | None,
+             check: Callable[[], None] | None = None, poll_s: float = 0.05) -> None:
+        """Until every job has ended; builds past the cutoff are abandoned. `check` runs at
+        every poll (it may raise: an interrupt)."""
+        pending = [job for job in jobs if not job.future.done()]
+        while pending:
+            if check is not None:
+                check()
+            concurrent.futures.wait([job.future for job in pending], timeout=poll_s)
+            pending = [job for job in pending if not job.future.done()]
+            if cutoff is not None:
+                self._abandon_stragglers(jobs, pending, cutoff)
+
+    def _abandon_stragglers(self, jobs: list[BuildJob], pending: list[BuildJob],
+                            cutoff: StragglerCutoff) -> None:
+        finished = [job.duration_s for job in jobs
+                    if job.duration_s is not None and job.abandoned is None]
+        limit = cutoff.limit_s(finished)
+        if limit is None:
+            return
+        now = time.perf_counter()
+        for job in pending:
+            if (job.started is not None and job.abandoned is None
+                    and job.pid is not None and now - job.started > limit):
+                job.abandoned = cutoff.why(limit)
+                _kill_pid(job.pid)  # its thread reads EOF and moves on to the next job
+
+    def shutdown(self) -> None:
+        """Kill every worker process; builds in flight end as failures, queued ones never start."""
+        self._closed.set()
+        with self._lock:
+            processes = list(self._processes)
+        for process in processes:
+            if process.pid is not None:
+                _kill_pid(process.pid)  # first, so that no thread stays blocked reading
+        self._threads.shutdown(wait=True, cancel_futures=True)
+        for process in processes:
+            process.kill()
+
+
+def _settle(job: BuildJob, done: concurrent.futures.Future) -> None:
+    if job.abandoned is not None:
+        job.future.set_exception(BuildAbandoned(job.abandoned))
+    elif done.cancelled():
+        job.future.set_exception(ChildProcessError("the build pool was shut down"))
+    elif done.exception() is not None:
+        job.future.set_exception(done.exception())
+    else:
+        job.future.set_result(done.result())
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        kill_child_processes(pid)
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, TypeError):  # gone already
+        pass

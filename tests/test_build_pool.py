@@ -1,0 +1,59 @@
+"""The build pool: a straggling build is abandoned and its process killed; the others go on."""
+
+import time
+
+import psutil
+import pytest
+
+from harl.measure.build_pool import BuildAbandoned, BuildPool, StragglerCutoff
+from harl.measure.worker_lifetime import worker_initializer
+
+
+@pytest.fixture
+def pool():
+    pool = BuildPool(max_workers=2, timeout_s=60, max_uses=256, initializer=worker_initializer())
+    yield pool
+    pool.shutdown()
+
+
+def test_the_limit_is_a_multiple_of_the_median_finished_build_never_below_the_grace():
+    cutoff = StragglerCutoff(factor=20, grace_s=5)
+    assert cutoff.limit_s([]) is None  # nothing to compare with yet
+    assert cutoff.limit_s([0.1, 0.2, 0.1]) == 5
+    assert cutoff.limit_s([0.5, 1.0, 2.0]) == pytest.approx(20)
+
+
+def test_a_straggler_is_abandoned_and_killed_while_the_others_finish(pool):
+    jobs = [pool.submit(time.sleep, 30)] + [pool.submit(time.sleep, 0.05) for _ in range(4)]
+    start = time.perf_counter()
+    pool.wait(jobs, StragglerCutoff(factor=5, grace_s=1.0))
+    assert time.perf_counter() - start < 10
+    straggler, *others = jobs
+    with pytest.raises(BuildAbandoned, match="abandoned after 1.0 s"):
+        straggler.future.result()
+    assert all(job.future.result() is None for job in others)
+    assert not psutil.pid_exists(straggler.pid) or (
+        psutil.Process(straggler.pid).status() == psutil.STATUS_ZOMBIE)
+    again = pool.submit(time.sleep, 0.01)  # the pool goes on, in a new process
+    pool.wait([again], None)
+    assert again.future.result() is None and again.pid != straggler.pid
+
+
+def test_without_a_cutoff_or_before_any_build_finished_nothing_is_abandoned(pool):
+    jobs = [pool.submit(time.sleep, 1.5), pool.submit(time.sleep, 1.5)]
+    pool.wait(jobs, StragglerCutoff(factor=1, grace_s=0.1))  # none finished: no median yet
+    assert all(job.future.result() is None for job in jobs)
+
+
+def test_shutdown_ends_the_builds_in_flight_at_once():
+    pool = BuildPool(max_workers=1, timeout_s=60, max_uses=256)
+    jobs = [pool.submit(time.sleep, 0.01), pool.submit(time.sleep, 60), pool.submit(time.sleep, 0)]
+    pool.wait(jobs[:1], None)
+    while jobs[1].started is None:
+        time.sleep(0.01)
+    start = time.perf_counter()
+    pool.shutdown()
+    assert time.perf_counter() - start < 5
+    for job in jobs[1:]:
+        with pytest.raises(ChildProcessError):
+            job.future.result(timeout=1)
