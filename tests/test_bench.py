@@ -159,6 +159,25 @@ def test_smoke_runs_every_stage(smoke):
     assert "![mlp_curves](mlp_curves.png)" in summary
 
 
+def test_compare_work_dirs_times_the_smoke_runs_with_and_without_picks(smoke):
+    proc, out = smoke
+    assert proc.returncode == 0
+    work_dirs = sorted(str(p) for p in (out / "mlp").iterdir() if p.is_dir())
+    compare = subprocess.run([sys.executable, "tools/compare_work_dirs.py",
+                              "tasks/examples/mlp.onnx", *work_dirs, "--rounds", "1",
+                              "--processes", "2", "--with-picks"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert compare.returncode == 0, compare.stdout[-2000:] + compare.stderr[-3000:]
+    lines = compare.stdout.splitlines()
+    table = lines[lines.index(next(line for line in lines if line.startswith("build "))) + 1:]
+    assert table[0].startswith(ONNXRUNTIME) and table[-1].startswith(UNTUNED)
+    assert len(table) == 2 + 2 * len(work_dirs)  # each dir, and each with its picks
+    for work_dir in work_dirs:
+        assert sum(line.startswith(f"{work_dir} + picks ") for line in table) == 1
+    first = next(line for line in table if line.startswith(work_dirs[0] + " "))
+    assert " 1.00x " in first and len(first.split("x  ")[1].split(", ")) == 2
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "tools/bench.py", "light:nosuchnet",
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)

@@ -9,6 +9,7 @@ per-process medians. Only medians and ratios leave this module.
 
 from __future__ import annotations
 
+import json
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -39,9 +40,11 @@ class ProcessTiming:
 
 
 def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | None,
-                settings: TimingSettings, say=print) -> ProcessTiming:
+                settings: TimingSettings, say=print, with_picks: bool = False) -> ProcessTiming:
     """In this process: compile each work dir's database, check its outputs against
-    onnxruntime, then time every build, untuned TVM and onnxruntime interleaved."""
+    onnxruntime, then time every build, untuned TVM and onnxruntime interleaved. With
+    `with_picks`, each work dir is also built as `python -m harl.tune` compiles it (key
+    "<work dir> + picks", see `picked_database`)."""
     from harl.evaluate import (
         CompiledModel,
         OnnxRuntimeModel,
@@ -72,12 +75,17 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
             continue
         target = records[0].target
         load_tensor_intrinsics(target)
-        say(f"bench: compiling {Path(work_dir).name} ...")
-        built = CompiledModel(compile_model(relax_mod, target, database), target, names)
-        check = check_outputs(built.run(inputs), expected, list(model.output_names),
-                              settings.rtol, settings.atol)
-        timing.checks[work_dir] = (check.verified, check.max_abs_err)
-        runners[work_dir] = built
+        builds = {work_dir: database}
+        if with_picks:
+            builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, relax_mod,
+                                                            target, say)
+        for key, db in builds.items():
+            say(f"bench: compiling {Path(key).name} ...")
+            built = CompiledModel(compile_model(relax_mod, target, db), target, names)
+            check = check_outputs(built.run(inputs), expected, list(model.output_names),
+                                  settings.rtol, settings.atol)
+            timing.checks[key] = (check.verified, check.max_abs_err)
+            runners[key] = built
     if target is None:
         target = parse_target(fallback_target)
     load_tensor_intrinsics(target)
@@ -89,9 +97,46 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     return timing
 
 
-def _time_builds_quietly(model_path, work_dirs, fallback_target, settings) -> ProcessTiming:
+def picked_database(work_dir: Path, database, relax_mod, target, say=print):
+    """The work dir's database plus, for its tasks without a measured record, the pick of a
+    cost model trained on its records (harl/untuned.py), as `python -m harl.tune` builds."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from harl.frontend.tasks import extract_tasks
+    from harl.resume import PriorRun
+    from harl.search.cost_prior import load_cost_prior
+    from harl.untuned import predicted_schedules, scorer_from_records, unmeasured_tasks
+
+    tasks = extract_tasks(relax_mod, target)
+    prior = PriorRun.read(database, [task.mod for task in tasks])
+    report = work_dir / "report.json"  # as the run did: with the prior if it used one
+    used_prior = report.is_file() and json.loads(report.read_text()).get("cost_prior")
+    scorer = scorer_from_records(prior, tasks, target,
+                                 load_cost_prior(target) if used_prior else None)
+    wanted = [i for i in unmeasured_tasks(prior) if scorer.ranks(tasks[i].mod)]
+    picks = predicted_schedules(tasks, wanted, target, scorer)
+    say(f"bench: {work_dir}: {len(picks.task_indices)} of {len(tasks)} tasks picked")
+    return ms.database.UnionDatabase(database, picks.database)
+
+
+def _time_builds_quietly(model_path, work_dirs, fallback_target, settings,
+                         with_picks) -> ProcessTiming:
     return time_builds(model_path, work_dirs, fallback_target, settings,
-                       say=lambda msg: print(f"  {msg}", flush=True))
+                       say=lambda msg: print(f"  {msg}", flush=True), with_picks=with_picks)
+
+
+def time_in_processes(model_path: Path, work_dirs: list[str], fallback_target: str | None,
+                      settings: TimingSettings, say=print,
+                      with_picks: bool = False) -> list[ProcessTiming]:
+    """`time_builds` in each of `settings.processes` fresh processes, one after another."""
+    timings = []
+    for index in range(max(1, settings.processes)):
+        say(f"bench: timing process {index + 1} of {settings.processes} ...")
+        # spawn, not fork: a forked child would inherit this process's TVM and allocator state.
+        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+            timings.append(pool.submit(_time_builds_quietly, model_path, work_dirs,
+                                       fallback_target, settings, with_picks).result())
+    return timings
 
 
 def time_model(model_path: Path, runs: list[RunResult], settings: TimingSettings,
@@ -100,13 +145,7 @@ def time_model(model_path: Path, runs: list[RunResult], settings: TimingSettings
     reference medians (ms)."""
     work_dirs = [str(run.work_dir) for run in runs if run.ok]
     fallback = runs[0].report.get("target") if runs and runs[0].report else None
-    timings = []
-    for index in range(max(1, settings.processes)):
-        say(f"bench: timing process {index + 1} of {settings.processes} ...")
-        # spawn, not fork: a forked child would inherit this process's TVM and allocator state.
-        with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-            timings.append(pool.submit(_time_builds_quietly, model_path, work_dirs, fallback,
-                                       settings).result())
+    timings = time_in_processes(model_path, work_dirs, fallback, settings, say)
     for run in runs:
         key = str(run.work_dir)
         per_process = [t.latency_ms[key] for t in timings if key in t.latency_ms]
