@@ -172,3 +172,34 @@ def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: l
         if not np.all(diff <= atol + rtol * np.abs(want)):
             verified = False
     return OutputCheck(worst_err, worst_name, verified, rtol, atol)
+
+
+ONNXRUNTIME = "onnxruntime"
+UNTUNED_TVM = "untuned TVM"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The tuned build's check, and against which reference it was decided."""
+
+    check: OutputCheck
+    reference: str  # ONNXRUNTIME, or UNTUNED_TVM where TVM itself disagrees with onnxruntime
+    untuned_vs_onnxruntime: OutputCheck | None = None  # set when the reference is UNTUNED_TVM
+
+
+def verify_tuned(tuned: list[np.ndarray], untuned: list[np.ndarray],
+                 expected: list[np.ndarray], names: list[str], rtol: float,
+                 atol: float) -> Verdict:
+    """The tuned build's outputs against onnxruntime's. Where they disagree and TVM's untuned
+    build of the same model disagrees too, TVM's compile of the model differs from onnxruntime
+    before any tuning (a quantized model's value on a rounding boundary, rounded the other way
+    after an ulp of difference in a mean), which no schedule caused: the tuning is then judged
+    by whether it kept the untuned build's outputs."""
+    check = check_outputs(tuned, expected, names, rtol, atol)
+    if check.verified:
+        return Verdict(check, ONNXRUNTIME)
+    before = check_outputs(untuned, expected, names, rtol, atol)
+    if before.verified:
+        return Verdict(check, ONNXRUNTIME)
+    return Verdict(check_outputs(tuned, untuned, names, rtol, atol), UNTUNED_TVM, before)
+

@@ -14,9 +14,9 @@ from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
     CompiledModel,
     OnnxRuntimeModel,
-    check_outputs,
     compile_model,
     latencies_within_ms,
+    verify_tuned,
 )
 from harl.frontend.onnx_model import IMPORTED_MODEL_FILE, OnnxModel, import_model, load_onnx
 from harl.frontend.tasks import extract_tasks
@@ -172,7 +172,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
     say(f"harl: database, history.csv and report.json in {work_dir}")
     if report.verified is False:
         raise VerificationError(
-            f"tuned model output {report.worst_output!r} differs from onnxruntime by "
+            f"tuned model output {report.worst_output!r} differs from "
+            f"{report.verified_against or 'onnxruntime'} by "
             f"{report.max_abs_err:.3g} (rtol {report.rtol:g}, atol {report.atol:g}); "
             f"database kept in {work_dir}")
     return report
@@ -225,10 +226,15 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 
     expected = reference.run(inputs)
-    check = check_outputs(tuned.run(inputs), expected, list(model.output_names),
-                          *config.verify.tolerances(output.dtype for output in expected))
+    verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,
+                           list(model.output_names),
+                           *config.verify.tolerances(output.dtype for output in expected))
+    check = verdict.check
     report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
     report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
+    report.verified_against = verdict.reference
+    if verdict.untuned_vs_onnxruntime is not None:
+        report.untuned_max_abs_err = verdict.untuned_vs_onnxruntime.max_abs_err
 
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4

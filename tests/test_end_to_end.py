@@ -201,6 +201,31 @@ def test_a_float16_model_is_checked_with_float16_tolerances(tmp_path):
     assert "(rtol 0.01, atol 0.01, vs onnxruntime)" in proc.stdout
 
 
+def test_where_tvm_itself_disagrees_with_onnxruntime_tuning_is_checked_against_untuned_tvm(
+        tmp_path):
+    # TVM's tanh and onnxruntime's differ in the last bits of most elements: at zero tolerance
+    # TVM's untuned build disagrees with onnxruntime, and the tuned one must match it instead.
+    import onnx
+    from onnx import TensorProto, helper
+
+    from harl.config import TuneConfig, VerifyConfig
+    from harl.tune import run
+
+    x, y = (helper.make_tensor_value_info(name, TensorProto.FLOAT, [64, 64]) for name in "xy")
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Tanh", ["a"], ["y"])]
+    path = tmp_path / "tanh.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "tanh", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    exact = run(TuneConfig(model=path, trials=2, work_dir=tmp_path / "exact", quiet=True,
+                           verify=VerifyConfig(rtol=0.0, atol=0.0)))
+    assert exact.trials_done >= 1 and not exact.tasks[0].naive  # a tuned kernel was compiled
+    assert exact.verified and exact.verified_against == "untuned TVM"
+    assert exact.max_abs_err == 0 and 0 < exact.untuned_max_abs_err < 1e-5
+    usual = run(TuneConfig(model=path, trials=2, work_dir=tmp_path / "usual", quiet=True))
+    assert usual.verified and usual.verified_against == "onnxruntime"
+    assert usual.untuned_max_abs_err is None
+
+
 def test_plain_tvm_reuses_the_log_of_a_model_with_batch_norm(conv_bn_model, tmp_path):
     # harl fuses each batch norm into its conv (TVM's DecomposeOpsForInference); the log's
     # workload is that fused function, which plain TVM finds after the same passes.

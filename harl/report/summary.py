@@ -42,6 +42,10 @@ class RunReport:
     rtol: float | None = None
     atol: float | None = None
     verified: bool | None = None
+    # "onnxruntime", or "untuned TVM" where TVM's untuned build already disagreed with
+    # onnxruntime (by `untuned_max_abs_err`) and the tuned build was checked against it
+    verified_against: str | None = None
+    untuned_max_abs_err: float | None = None
     work_dir: str = ""
     agent_seconds: dict[str, float] = field(default_factory=dict)  # by part (harl strategy)
     # Where those seconds went: trace replay, features, predictions, policy (not added to them).
@@ -96,8 +100,13 @@ def format_summary(report: RunReport) -> str:
     if lat.get("onnxruntime") and lat.get("tuned"):
         lines.append(f"{'tuned / onnxruntime':<24} {lat['tuned'] / lat['onnxruntime']:.2f}x")
     if report.verified is not None:
+        against = report.verified_against or "onnxruntime"
         lines.append(f"{'max abs error':<24} {report.max_abs_err:.3g} "
-                     f"(rtol {report.rtol:g}, atol {report.atol:g}, vs onnxruntime)")
+                     f"(rtol {report.rtol:g}, atol {report.atol:g}, vs {against})")
+        if report.untuned_max_abs_err is not None:
+            lines.append(f"{'':<24} TVM's untuned build differs from onnxruntime by "
+                         f"{report.untuned_max_abs_err:.3g}: the tuned build was checked "
+                         "against it")
     verified = "not run" if report.verified is None else str(report.verified).lower()
     lines.append(f"{'verified':<24} {verified}")
     resumed = f" ({report.trials_resumed} resumed)" if report.trials_resumed else ""
