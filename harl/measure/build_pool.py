@@ -87,6 +87,9 @@ class _BuildProcess:
         if self.pid is None:
             self.worker.send(os.getpid)
             self.pid, self.uses = self.worker.recv(), 0
+            if closed.is_set():  # shut down while this process started: its pid came too late
+                self.kill()
+                raise ChildProcessError("the build pool was shut down")
         self.uses += 1
         job.pid, job.started = self.pid, time.perf_counter()
         self.worker.send(fn, args, None, timeout_s)
@@ -157,8 +160,9 @@ class BuildPool:
             return
         now = time.perf_counter()
         for job in pending:
-            if (job.started is not None and job.abandoned is None
-                    and job.pid is not None and now - job.started > limit):
+            if (job.started is not None and job.abandoned is None and job.pid is not None
+                    and now - job.started > limit and job.finished is None):
+                # (finished: its process may have started the next job already)
                 job.abandoned = cutoff.why(limit)
                 _kill_pid(job.pid)  # its thread reads EOF and moves on to the next job
 
