@@ -33,8 +33,8 @@ class StragglerCutoff:
     """never earlier"""
 
     def why(self, limit_s: float) -> str:
-        return (f"build abandoned after {limit_s:.1f} s, {self.factor:g} times the median of its "
-                "batch's other builds: such candidates ran slowly where they were measured")
+        return (f"build abandoned after {limit_s:.1f} s (limit: {self.factor:g} times its batch's "
+                f"median build, at least {self.grace_s:g} s): such builds were slow kernels")
 
     def limit_s(self, finished_s: list[float]) -> float | None:
         """Seconds a build may run, given the batch's finished builds; None: no limit yet."""
