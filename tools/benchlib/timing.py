@@ -42,15 +42,16 @@ class ProcessTiming:
 def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | None,
                 settings: TimingSettings, say=print, with_picks: bool = False) -> ProcessTiming:
     """In this process: compile each work dir's database, check its outputs against
-    onnxruntime, then time every build, untuned TVM and onnxruntime interleaved. With
-    `with_picks`, each work dir is also built as `python -m harl.tune` compiles it (key
-    "<work dir> + picks", see `picked_database`)."""
+    onnxruntime (against untuned TVM where TVM itself disagrees, as harl.tune does), then time
+    every build, untuned TVM and onnxruntime interleaved. With `with_picks`, each work dir is
+    also built as `python -m harl.tune` compiles it (key "<work dir> + picks", see
+    `picked_database`)."""
     from harl.evaluate import (
         CompiledModel,
         OnnxRuntimeModel,
-        check_outputs,
         compile_model,
         interleaved_latencies_ms,
+        verify_tuned,
     )
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.loop import open_database
@@ -67,14 +68,16 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     expected = reference.run(inputs)
     runners: dict[str, object] = {ONNXRUNTIME: reference}
     timing = ProcessTiming(latency_ms={})
-    target = None
-    for work_dir in work_dirs:
-        database = open_database(Path(work_dir))
-        records = database.get_all_tuning_records()
-        if not records:
-            continue
-        target = records[0].target
-        load_tensor_intrinsics(target)
+    databases = {work_dir: open_database(Path(work_dir)) for work_dir in work_dirs}
+    records = {work_dir: db.get_all_tuning_records() for work_dir, db in databases.items()}
+    tuned_dirs = [work_dir for work_dir in work_dirs if records[work_dir]]
+    target = (records[tuned_dirs[0]][0].target if tuned_dirs
+              else parse_target(fallback_target))
+    load_tensor_intrinsics(target)
+    untuned = CompiledModel(compile_model(relax_mod, target), target, names)
+    untuned_outputs = untuned.run(inputs)
+    for work_dir in tuned_dirs:
+        database = databases[work_dir]
         builds = {work_dir: database}
         if with_picks:
             builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, relax_mod,
@@ -82,14 +85,15 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
         for key, db in builds.items():
             say(f"bench: compiling {Path(key).name} ...")
             built = CompiledModel(compile_model(relax_mod, target, db), target, names)
-            check = check_outputs(built.run(inputs), expected, list(model.output_names),
-                                  settings.rtol, settings.atol)
-            timing.checks[key] = (check.verified, check.max_abs_err)
+            # as harl.tune checks: against untuned TVM where TVM itself disagrees with onnxruntime
+            verdict = verify_tuned(built.run(inputs), untuned_outputs, expected,
+                                   list(model.output_names), settings.rtol, settings.atol)
+            if verdict.untuned_vs_onnxruntime is not None:
+                say(f"bench: {Path(key).name}: checked against untuned TVM, which differs from "
+                    f"onnxruntime by {verdict.untuned_vs_onnxruntime.max_abs_err:.3g}")
+            timing.checks[key] = (verdict.check.verified, verdict.check.max_abs_err)
             runners[key] = built
-    if target is None:
-        target = parse_target(fallback_target)
-    load_tensor_intrinsics(target)
-    runners[UNTUNED] = CompiledModel(compile_model(relax_mod, target), target, names)
+    runners[UNTUNED] = untuned
 
     say(f"bench: timing {len(runners)} builds interleaved, {settings.rounds} rounds ...")
     samples = interleaved_latencies_ms(runners, inputs, settings.rounds, settings.repeats)
