@@ -34,14 +34,27 @@ def test_a_straggler_is_abandoned_and_killed_while_the_others_finish(pool):
     assert all(job.future.result() is None for job in others)
     assert not psutil.pid_exists(straggler.pid) or (
         psutil.Process(straggler.pid).status() == psutil.STATUS_ZOMBIE)
-    again = pool.submit(time.sleep, 0.01)  # the pool goes on, in a new process
-    pool.wait([again], None)
-    assert again.future.result() is None and again.pid != straggler.pid
+
+
+def test_after_an_abandoned_build_its_thread_builds_in_a_new_process():
+    pool = BuildPool(max_workers=1, timeout_s=60, max_uses=256)
+    try:
+        first, straggler = pool.submit(time.sleep, 0.05), pool.submit(time.sleep, 30)
+        pool.wait([first, straggler], StragglerCutoff(factor=5, grace_s=1.0))
+        assert first.future.result() is None and first.pid == straggler.pid
+        with pytest.raises(BuildAbandoned):
+            straggler.future.result()
+        again = pool.submit(time.sleep, 0.01)
+        pool.wait([again], None)
+        assert again.future.result() is None and again.pid != straggler.pid
+    finally:
+        pool.shutdown()
 
 
 def test_without_a_cutoff_or_before_any_build_finished_nothing_is_abandoned(pool):
     jobs = [pool.submit(time.sleep, 1.5), pool.submit(time.sleep, 1.5)]
-    pool.wait(jobs, StragglerCutoff(factor=1, grace_s=0.1))  # none finished: no median yet
+    # Both start together; none has finished while both run: no median, no limit.
+    pool.wait(jobs, StragglerCutoff(factor=3, grace_s=0.1))
     assert all(job.future.result() is None for job in jobs)
 
 
@@ -49,8 +62,10 @@ def test_shutdown_ends_the_builds_in_flight_at_once():
     pool = BuildPool(max_workers=1, timeout_s=60, max_uses=256)
     jobs = [pool.submit(time.sleep, 0.01), pool.submit(time.sleep, 60), pool.submit(time.sleep, 0)]
     pool.wait(jobs[:1], None)
-    while jobs[1].started is None:
+    deadline = time.monotonic() + 30
+    while jobs[1].started is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert jobs[1].started is not None
     start = time.perf_counter()
     pool.shutdown()
     assert time.perf_counter() - start < 5

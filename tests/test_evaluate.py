@@ -42,6 +42,23 @@ def test_tuning_is_judged_against_untuned_tvm_only_where_tvm_itself_disagrees():
     # Agreeing with onnxruntime is enough, whatever the untuned build does.
     verdict = verify_tuned(ort, tvm_off, ort, ["y"], 1e-3, 1e-4)
     assert verdict.reference == ONNXRUNTIME and verdict.check.verified
+    # Elements the untuned build got right are still held to onnxruntime.
+    drifted = [np.array([0.2006, 0.2994, 0.5009], "float32")]
+    verdict = verify_tuned(drifted, tvm_off, ort, ["y"], 1e-3, 1e-4)
+    assert verdict.reference == UNTUNED_TVM and not verdict.check.verified
+
+
+def test_outputs_of_the_wrong_shape_or_number_are_never_excused():
+    ort = [np.array([0.2, 0.3], "float32")]
+    wrong_shape = [np.array([[0.2, 0.3]], "float32")]
+    verdict = verify_tuned(wrong_shape, wrong_shape, ort, ["y"], 1e-3, 1e-4)
+    assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
+    two = [np.array([0.2, 0.3], "float32")] * 2
+    verdict = verify_tuned(two, two, ort, ["y"], 1e-3, 1e-4)
+    assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
+    nan = [np.array([np.nan, 0.3], "float32")]
+    verdict = verify_tuned(nan, nan, ort, ["y"], 1e-3, 1e-4)
+    assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
 
 
 class SleepyRunner:

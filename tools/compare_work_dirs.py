@@ -37,8 +37,11 @@ def main() -> None:
                                 with_picks=args.with_picks)
     failed = {key for t in timings for key, (verified, _) in t.checks.items() if not verified}
     if failed:
-        sys.exit(f"outputs disagree with onnxruntime: {', '.join(sorted(failed))}")
+        sys.exit("outputs disagree with onnxruntime (or with untuned TVM where TVM itself "
+                 f"does): {', '.join(sorted(failed))}")
     keys = list(timings[0].latency_ms)
+    if str(args.work_dirs[0]) not in keys:
+        sys.exit(f"{args.work_dirs[0]} holds no tuning records")
     medians = {key: statistics.median(t.latency_ms[key] for t in timings) for key in keys}
     baseline = medians[str(args.work_dirs[0])]
     print(f"{'build':<48} {'median ms':>10} {'vs first work dir':>18}  per process (ms)")

@@ -12,6 +12,7 @@ process dies; the others go on with the batch.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import signal
 import statistics
@@ -50,6 +51,7 @@ class BuildJob:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     started: float | None = None
     finished: float | None = None
+    process: _BuildProcess | None = None
     pid: int | None = None
     abandoned: str | None = None
     """why the build was abandoned, if it was"""
@@ -60,6 +62,10 @@ class BuildJob:
             return None
         return self.finished - self.started
 
+    @property
+    def succeeded(self) -> bool:
+        return self.future.done() and self.future.exception() is None
+
 
 class BuildAbandoned(Exception):
     """The build ran far longer than its batch's others and was killed."""
@@ -69,6 +75,7 @@ class _BuildProcess:
     """One worker process whose pid is known, so that its build can be killed.
 
     It is recycled here, not by PopenWorker, so that a new process's pid is always asked for.
+    `current` (under `lock`) is the job it runs: only that job's build is ever killed.
     """
 
     def __init__(self, initializer: Callable | None, max_uses: int) -> None:
@@ -76,14 +83,15 @@ class _BuildProcess:
         self.max_uses = max_uses
         self.pid: int | None = None
         self.uses = 0
+        self.lock = threading.Lock()
+        self.current: BuildJob | None = None
 
     def call(self, job: BuildJob, fn: Callable, args: tuple, timeout_s: float,
              closed: threading.Event):
         if closed.is_set():
             raise ChildProcessError("the build pool was shut down")
         if self.pid is not None and self.uses >= self.max_uses:
-            self.worker.kill()
-            self.pid = None
+            self.kill()
         if self.pid is None:
             self.worker.send(os.getpid)
             self.pid, self.uses = self.worker.recv(), 0
@@ -91,15 +99,31 @@ class _BuildProcess:
                 self.kill()
                 raise ChildProcessError("the build pool was shut down")
         self.uses += 1
-        job.pid, job.started = self.pid, time.perf_counter()
+        with self.lock:
+            self.current, job.process, job.pid = job, self, self.pid
+            job.started = time.perf_counter()
         self.worker.send(fn, args, None, timeout_s)
         try:
             return self.worker.recv()
         except (ChildProcessError, TimeoutError):
             self.pid = None  # recv killed it: the next call starts another
             raise
+        except BaseException:  # a reply cut short: the process may be gone
+            if not self.worker.is_alive():
+                self.kill()
+            raise
         finally:
-            job.finished = time.perf_counter()
+            with self.lock:
+                self.current, job.finished = None, time.perf_counter()
+            if job.abandoned is not None and self.pid is not None:
+                self.kill()  # killed just after it replied: start afresh
+
+    def abandon(self, job: BuildJob, why: str) -> None:
+        """Kill this process if it still runs `job`'s build."""
+        with self.lock:
+            if self.current is job and self.pid is not None:
+                job.abandoned = why
+                _kill_pid(self.pid)  # the thread reads EOF and moves on to its next job
 
     def kill(self) -> None:
         self.worker.kill()
@@ -153,18 +177,16 @@ class BuildPool:
 
     def _abandon_stragglers(self, jobs: list[BuildJob], pending: list[BuildJob],
                             cutoff: StragglerCutoff) -> None:
-        finished = [job.duration_s for job in jobs
-                    if job.duration_s is not None and job.abandoned is None]
-        limit = cutoff.limit_s(finished)
+        # Successful builds only: an instant failure says nothing of how long a build takes.
+        limit = cutoff.limit_s([job.duration_s for job in jobs
+                                if job.succeeded and job.duration_s is not None])
         if limit is None:
             return
         now = time.perf_counter()
         for job in pending:
-            if (job.started is not None and job.abandoned is None and job.pid is not None
-                    and now - job.started > limit and job.finished is None):
-                # (finished: its process may have started the next job already)
-                job.abandoned = cutoff.why(limit)
-                _kill_pid(job.pid)  # its thread reads EOF and moves on to the next job
+            if (job.process is not None and job.started is not None
+                    and job.finished is None and now - job.started > limit):
+                job.process.abandon(job, cutoff.why(limit))
 
     def shutdown(self) -> None:
         """Kill every worker process; builds in flight end as failures, queued ones never start."""
@@ -172,8 +194,9 @@ class BuildPool:
         with self._lock:
             processes = list(self._processes)
         for process in processes:
-            if process.pid is not None:
-                _kill_pid(process.pid)  # first, so that no thread stays blocked reading
+            with process.lock:
+                if process.pid is not None:
+                    _kill_pid(process.pid)  # first, so that no thread stays blocked reading
         self._threads.shutdown(wait=True, cancel_futures=True)
         for process in processes:
             process.kill()
@@ -191,8 +214,8 @@ def _settle(job: BuildJob, done: concurrent.futures.Future) -> None:
 
 
 def _kill_pid(pid: int) -> None:
-    try:
+    # Its children first (nvcc and the like); psutil may find them gone or refuse.
+    with contextlib.suppress(Exception):
         kill_child_processes(pid)
+    with contextlib.suppress(OSError):  # gone already
         os.kill(pid, signal.SIGKILL)
-    except (OSError, TypeError):  # gone already
-        pass

@@ -77,14 +77,14 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     untuned = CompiledModel(compile_model(relax_mod, target), target, names)
     untuned_outputs = untuned.run(inputs)
     for work_dir in tuned_dirs:
-        database = databases[work_dir]
+        database, dir_target = databases[work_dir], records[work_dir][0].target
         builds = {work_dir: database}
         if with_picks:
             builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, relax_mod,
-                                                            target, say)
+                                                            dir_target, say)
         for key, db in builds.items():
             say(f"bench: compiling {Path(key).name} ...")
-            built = CompiledModel(compile_model(relax_mod, target, db), target, names)
+            built = CompiledModel(compile_model(relax_mod, dir_target, db), dir_target, names)
             # as harl.tune checks: against untuned TVM where TVM itself disagrees with onnxruntime
             verdict = verify_tuned(built.run(inputs), untuned_outputs, expected,
                                    list(model.output_names), settings.rtol, settings.atol)
