@@ -166,11 +166,11 @@ def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: l
     for name, got, want in zip(names, actual, expected, strict=True):
         if got.shape != want.shape:
             return OutputCheck(float("inf"), name, False, rtol, atol)
-        diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        diff = _abs_diff(got, want)
         err = float(diff.max()) if diff.size else 0.0
         if not np.isfinite(err) or err > worst_err:
             worst_name, worst_err = name, err
-        if not np.all(diff <= atol + rtol * np.abs(want)):
+        if not np.all(_within(diff, want, rtol, atol)):
             verified = False
     return OutputCheck(worst_err, worst_name, verified, rtol, atol)
 
@@ -203,15 +203,19 @@ def verify_tuned(tuned: list[np.ndarray], untuned: list[np.ndarray],
     if check.verified:
         return Verdict(check, ONNXRUNTIME)
     before = check_outputs(untuned, expected, names, rtol, atol)
-    if before.verified or not math.isfinite(before.max_abs_err) or not math.isfinite(
-            check_outputs(tuned, untuned, names, rtol, atol).max_abs_err):
+    # A finite error means the same count and shapes as onnxruntime's, and no NaN or inf.
+    if before.verified or not (math.isfinite(check.max_abs_err)
+                               and math.isfinite(before.max_abs_err)):
         return Verdict(check, ONNXRUNTIME)
-    # Same count and shapes everywhere (the errors above are finite): a reference per element.
-    references = [np.where(_within(then, want, rtol, atol), want, then)
+    references = [np.where(_within(_abs_diff(then, want), want, rtol, atol), want, then)
                   for then, want in zip(untuned, expected, strict=True)]
     return Verdict(check_outputs(tuned, references, names, rtol, atol), UNTUNED_TVM, before)
 
 
-def _within(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> np.ndarray:
-    diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
+def _abs_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    return np.abs(got.astype(np.float64) - want.astype(np.float64))
+
+
+def _within(diff: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """Where |got - want| <= atol + rtol * |want|: the tolerance of every output check."""
     return diff <= atol + rtol * np.abs(want)
