@@ -185,10 +185,8 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
     `prior`: the records the work dir held before this run, all of them when `plan` is None;
     `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured)."""
-    from tvm.s_tir import meta_schedule as ms
-
     from harl.search.program_scorer import ProgramScorer
-    from harl.untuned import SAMPLES_PER_TASK, predicted_schedules, scorer_from_records
+    from harl.untuned import SAMPLES_PER_TASK, scorer_from_records, with_predicted
 
     # A task with no trials has no record, not even a failed one, unless its nest was kept.
     untuned = [index for index, task in enumerate(report.tasks)
@@ -200,15 +198,14 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     else:
         xgb = getattr(plan.cost_model, "_inst", None)
         scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
-    untuned = [index for index in untuned if scorer.ranks(tasks[index].mod)]
-    if not untuned:  # a random pick is often slower than TVM's naive nest
-        return database
-    say(f"harl: {len(untuned)} task(s) were never measured; the cost model picks one of "
-        f"{SAMPLES_PER_TASK} samples for each (not measured, not in the tuning log) ...")
-    picks = predicted_schedules(tasks, untuned, target, scorer, seed=config.seed)
-    for index in picks.task_indices:
+    database, picked = with_predicted(
+        database, tasks, untuned, target, scorer, seed=config.seed,
+        announce=lambda count: say(
+            f"harl: {count} task(s) were never measured; the cost model picks one of "
+            f"{SAMPLES_PER_TASK} samples for each (not measured, not in the tuning log) ..."))
+    for index in picked:
         report.tasks[index].predicted = True
-    return ms.database.UnionDatabase(database, picks.database)
+    return database
 
 
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,

@@ -76,6 +76,22 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
     return PredictedSchedules(memory, picked)
 
 
+def with_predicted(database, tasks, wanted: list[int], target, scorer, seed: int = 0,
+                   announce=None) -> tuple[object, list[int]]:
+    """`database`, joined with `scorer`'s picks for the tasks of `wanted` it ranks, and the
+    indices picked. A task it cannot rank keeps TVM's naive nest: a random pick is often slower.
+    `announce(count)` is called before the picking, when there is any."""
+    from tvm.s_tir import meta_schedule as ms
+
+    wanted = [index for index in wanted if scorer.ranks(tasks[index].mod)]
+    if not wanted:
+        return database, []
+    if announce is not None:
+        announce(len(wanted))
+    picks = predicted_schedules(tasks, wanted, target, scorer, seed=seed)
+    return ms.database.UnionDatabase(database, picks.database), picks.task_indices
+
+
 def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
                         warmup_samples: int = 8):
     """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
