@@ -178,6 +178,24 @@ def test_compare_work_dirs_times_the_smoke_runs_with_and_without_picks(smoke):
     assert " 1.00x " in first and len(first.split("x  ")[1].split(", ")) == 2
 
 
+def test_sketch_usage_places_every_searched_record_of_the_smoke_runs(smoke):
+    from sketch_usage import sketch_usage
+
+    proc, out = smoke
+    assert proc.returncode == 0
+    for work_dir in sorted(p for p in (out / "mlp").iterdir() if p.is_dir()):
+        usage = sketch_usage(work_dir)
+        assert usage, work_dir
+        for workload in usage:
+            counts = [count for count, _ in workload["sketches"]]
+            bests = [best for _, best in workload["sketches"] if best is not None]
+            assert sum(counts) == workload["records"]  # each record in exactly one sketch
+            assert min(bests) == pytest.approx(workload["best_s"])
+        if work_dir.name.startswith("metaschedule"):  # its space has no serial sketches
+            assert all(count == 0 for workload in usage
+                       for count, _ in workload["sketches"][workload["spaces"]:])
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "tools/bench.py", "light:nosuchnet",
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)

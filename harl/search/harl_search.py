@@ -76,6 +76,15 @@ class HarlSearchConfig:
     for good in MetaSchedule, so a few unlucky samples must not empty it"""
 
 
+def sketch_traces(mod, design_spaces, serial_max_flop: float) -> list:
+    """The sketches harl searches: the design spaces' traces, and for a task of at most
+    `serial_max_flop` their serial variants after them."""
+    traces = [space.trace.simplified(remove_postproc=True) for space in design_spaces]
+    if task_flop(mod) <= serial_max_flop:
+        traces += [v for v in map(serial_variant, traces) if v is not None]
+    return traces
+
+
 @dataclass
 class Sketch:
     """One design space: its trace, the tuner of its decisions, and its best measured states."""
@@ -151,11 +160,7 @@ class HarlSearchStrategy(PySearchStrategy):
             self._seed_elites(database)
 
     def _sketch_traces(self, design_spaces) -> list:
-        """The design spaces' traces, and for a small task their serial variants after them."""
-        traces = [space.trace.simplified(remove_postproc=True) for space in design_spaces]
-        if task_flop(self.mod) <= self.config.serial_max_flop:
-            traces += [v for v in map(serial_variant, traces) if v is not None]
-        return traces
+        return sketch_traces(self.mod, design_spaces, self.config.serial_max_flop)
 
     def _seed_elites(self, database) -> None:
         """On resume, each sketch's elites are the database's best records of this workload
