@@ -27,7 +27,7 @@ def sketch_usage(work_dir: Path, min_records: int = 1) -> list[dict]:
 
     from harl.frontend.tasks import task_flop
     from harl.naive_nests import is_naive_trace
-    from harl.resume import record_latency_s
+    from harl.resume import FAILED_RUN_SECS, record_latency_s
     from harl.search.harl_search import HarlSearchConfig, sketch_traces
     from harl.search.stored_elites import stored_elites
     from harl.target import local_cpu_count
@@ -54,7 +54,7 @@ def sketch_usage(work_dir: Path, min_records: int = 1) -> list[dict]:
         sketches = []
         for index in range(len(traces)):
             latencies = [latency for latency, _ in stored.get(index, [])]
-            finite = [x for x in latencies if x < 1e9]  # a failed candidate's run time is huge
+            finite = [x for x in latencies if x < FAILED_RUN_SECS]
             sketches.append((len(latencies), min(finite) if finite else None))
         usage.append({"flop": task_flop(mod), "records": len(searched), "spaces": len(spaces),
                       "best_s": min(record_latency_s(r) for r in searched),
