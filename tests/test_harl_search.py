@@ -2,6 +2,7 @@
 
 import math
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -351,8 +352,44 @@ def test_fresh_share_follows_trust_within_bounds():
     assert fresh_count(8, True, trust=1.0, tuner_share=0.25, max_share=0.5) == 2  # tuner's floor
 
 
+class SerialFavouringScorer(RankingScorer):
+    """Ranks like `fake_latency` within a kind, on about the scale of throughputs, but rates
+    every serial program `bias` higher (the prior, trained on one thread, errs that way)."""
+
+    def __init__(self, bias: float) -> None:
+        super().__init__(1)
+        self.bias = bias
+
+    def __call__(self, context, candidates):
+        scores = 1e-5 * super().__call__(context, candidates).scores
+        serial = [not any(site_kind(i) == "parallel" for i in c.sch.trace.insts)
+                  for c in candidates]
+        return Evaluation(scores + self.bias * np.array(serial))
+
+
+def test_a_bias_for_serial_programs_does_not_move_the_outlook():
+    strategy, spaces = make_strategy(64, scorer=RankingScorer(1))
+    strategy.pre_tuning(64, 12, spaces, None, None)
+    for _ in range(2):
+        candidates = strategy.generate_measure_candidates()
+        strategy.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    measured = [sketch.serial for sketch in strategy.sketches if sketch.elites]
+    assert True in measured and False in measured  # both kinds to judge
+    outlooks = []
+    for scorer in (SerialFavouringScorer(bias=0.0), SerialFavouringScorer(bias=0.5)):
+        strategy.scorer, strategy.replay.rng = scorer, np.random.default_rng(5)
+        strategy._predict_outlooks(trust=0.9)
+        outlooks.append(strategy.chooser.outlook.copy())
+    judged = outlooks[0][np.isfinite(outlooks[0])]
+    assert len(judged) == len(measured) and ((judged > 0) & (judged < 2)).any()
+    assert np.allclose(*outlooks, equal_nan=True)
+
+
 def test_a_sketch_draws_the_broad_pool_until_it_has_elites_then_the_refining_one():
     strategy, spaces = make_strategy(64, scorer=RankingScorer(1))
+    strategy.config = replace(strategy.config,  # no outlook: its samples would join the pool
+                              sketch=replace(strategy.config.sketch, prediction_weight=0.0))
     strategy.pre_tuning(64, 8, spaces, None, None)
     drawn = []  # (sketch had elites, samples drawn)
     fresh = strategy.replay.fresh
@@ -369,6 +406,23 @@ def test_a_sketch_draws_the_broad_pool_until_it_has_elites_then_the_refining_one
     assert config.refine_pool < config.fresh_pool
     assert {count for elites, count in drawn if not elites} == {config.fresh_pool}
     assert {count for elites, count in drawn if elites} == {config.refine_pool}
+
+
+def test_the_chooser_hears_the_models_outlook_of_each_measured_sketch():
+    strategy, spaces = make_strategy(64, scorer=RankingScorer(1))
+    strategy.pre_tuning(64, 8, spaces, None, None)
+    assert len(strategy.sketches) > 1 and not np.isfinite(strategy.chooser.outlook).any()
+    for _ in range(2):
+        candidates = strategy.generate_measure_candidates()
+        strategy.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    measured = [bool(sketch.elites) for sketch in strategy.sketches]
+    strategy.generate_measure_candidates()  # judges the sketches before it fills them
+    outlook = strategy.chooser.outlook
+    assert list(np.isfinite(outlook)) == measured and strategy.chooser.trust > 0
+    assert ((outlook[np.isfinite(outlook)] >= 0) & (outlook[np.isfinite(outlook)] <= 2)).all()
+    filled = {sketch_id for sketch_id, _, _ in strategy.pending}
+    assert filled and not filled & set(strategy.probes)  # their scored samples joined the pool
 
 
 def test_elites_are_refined_before_the_cost_model_has_learned():

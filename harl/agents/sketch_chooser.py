@@ -2,8 +2,10 @@
 
 A bandit over sketches. Every sketch first gets `min_trials` candidates (never starved before it
 has been tried); then slots go by softmax over each sketch's value: how close its best measured
-latency is to the task's best, plus an exploration bonus that decays with its trials. They go
-out in lots, so that a batch fills few sketches: filling a sketch has a fixed search cost.
+latency is to the task's best, lifted where the cost model predicts the sketch holds better
+schedules than it has measured (weighed by the model's trust), plus an exploration bonus that
+decays with its trials. They go out in lots, so that a batch fills few sketches: filling a
+sketch has a fixed search cost.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ class SketchConfig:
     """softmax temperature over sketch values (lower: greedier)"""
     exploration: float = 0.5
     """bonus scale for rarely measured sketches (/ sqrt(trials))"""
+    prediction_weight: float = 1.0
+    """how far a sketch's predicted outlook (see `SketchChooser.predict`) lifts its value above
+    its measured quality, times the cost model's trust: two poor samples need not decide a
+    sketch the model rates well (0: measured latencies alone)"""
     slots_per_pick: int = 4
     """once every sketch has been tried, a batch's slots go out in lots of this many: each sketch
     a batch fills costs a fixed search (a pool of fresh samples, a trajectory from each of its
@@ -39,15 +45,32 @@ class SketchChooser:
         self.trials = np.zeros(n_sketches, dtype=int)
         self.best_s = np.full(n_sketches, math.inf)
         self.failures = np.zeros(n_sketches, dtype=int)
+        self.outlook = np.full(n_sketches, np.nan)
+        self.trust = 0.0
         self.rng = np.random.default_rng(seed)
 
-    def values(self) -> np.ndarray:
-        """Each sketch's score in [0, 1] plus its exploration bonus."""
+    def quality(self) -> np.ndarray:
+        """Each sketch's best measured throughput over the task's best, in [0, 1]."""
         best = self.best_s.min()
-        quality = np.where(np.isfinite(self.best_s), best / self.best_s, 0.0) if math.isfinite(
-            best) else np.zeros_like(self.best_s)
+        if not math.isfinite(best):
+            return np.zeros_like(self.best_s)
+        return np.where(np.isfinite(self.best_s), best / self.best_s, 0.0)
+
+    def values(self) -> np.ndarray:
+        """Each sketch's measured quality, lifted towards its predicted outlook where that is
+        higher, plus its exploration bonus."""
+        quality = self.quality()
+        headroom = np.nan_to_num(np.maximum(self.outlook - quality, 0.0))
+        lift = self.config.prediction_weight * self.trust * headroom
         bonus = self.config.exploration / np.sqrt(np.maximum(self.trials, 1))
-        return quality + bonus
+        return quality + lift + bonus
+
+    def predict(self, outlook: np.ndarray, trust: float) -> None:
+        """The cost model's outlook per sketch: the best quality (throughput over the task's best
+        measured) it predicts among the sketch's unmeasured schedules, NaN where it has none, and
+        how far the model is trusted, in [0, 1]."""
+        self.outlook = np.asarray(outlook, dtype=float)
+        self.trust = float(np.clip(trust, 0.0, 1.0))
 
     def allocate(self, n: int) -> np.ndarray:
         """How many of the next `n` candidates each sketch gets."""

@@ -70,6 +70,10 @@ class HarlSearchConfig:
     a small kernel, and MetaSchedule's CPU space has no serial schedule. The sketch chooser
     learns which kind wins; larger tasks keep only TVM's sketches (a serial one would be
     measured only to lose)"""
+    outlook_samples: int = 16
+    """fresh samples per measured sketch the cost model scores before each batch (once it ranks
+    the task), for the sketch chooser's predicted outlook of the sketch (see
+    `SketchChooser.predict`)"""
     fill_rounds: int = 4
     """rounds of drawing a batch: a round short of candidates (random samples that fail the
     postprocs, states measured before) is topped up by the next. An empty batch ends the task
@@ -97,6 +101,8 @@ class Sketch:
     deterministic: bool = False
     """the trace samples nothing: every replay is the same program, so one is drawn, not a
     pool (a fused chain of many blocks may take 50 ms to replay)"""
+    serial: bool = False
+    """a serial variant of one of TVM's sketches (see `serial_max_flop`)"""
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
@@ -146,6 +152,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
+        self.probes: dict[int, list[tuple[State, object, float, np.ndarray | None]]] = {}
         self.trust = self.trust_board.task(self.task_id)
         self.sketches = []
         for index, trace in enumerate(self._sketch_traces(design_spaces)):
@@ -154,7 +161,8 @@ class HarlSearchStrategy(PySearchStrategy):
                               policy=self.policy, options=initial_options(trace))
             deterministic = not any(inst.kind.name.startswith("Sample") for inst in trace.insts)
             self.sketches.append(Sketch(trace, tuner, shortcut=self.replay.shortcut_of(trace),
-                                        deterministic=deterministic))
+                                        deterministic=deterministic,
+                                        serial=index >= len(design_spaces)))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         with self.metrics.timing("search/agent_seconds"):
             self._seed_elites(database)
@@ -185,11 +193,13 @@ class HarlSearchStrategy(PySearchStrategy):
 
     # -- candidates -------------------------------------------------------------------------
 
-    def _evaluator(self, sketch_id: int, cache: dict):
+    def _evaluator(self, sketch_id: int, cache: dict, known: list | None = None):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
-        does not change, so a state the trajectories come back to is scored once."""
-        scores: dict[State, float] = {}
-        features: dict[State, np.ndarray] = {}
+        does not change, so a state the trajectories come back to is scored once, and `known`
+        (state, schedule, score, features) were scored already this batch."""
+        scores: dict[State, float] = {state: score for state, _, score, _ in known or []}
+        features: dict[State, np.ndarray] = {state: feature for state, _, _, feature
+                                             in known or [] if feature is not None}
 
         def evaluate(states: list[State]) -> Evaluation:
             distinct = list(dict.fromkeys(states))
@@ -264,7 +274,9 @@ class HarlSearchStrategy(PySearchStrategy):
         drawn = max(pool, count) if learned else count
         if sketch.deterministic:
             drawn = 1
-        for state, sch in self.replay.fresh(sketch, drawn):
+        probes = self.probes.pop(sketch_id, []) if learned else []  # scored for the outlook
+        drawn_here = self.replay.fresh(sketch, drawn - len(probes)) if drawn > len(probes) else []
+        for state, sch in [(state, sch) for state, sch, _, _ in probes] + drawn_here:
             cache.setdefault(state, sch)
             fresh.append(state)
         fresh = list(dict.fromkeys(fresh))
@@ -272,7 +284,7 @@ class HarlSearchStrategy(PySearchStrategy):
             if site.kind == "compute_location":
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         guided: list[State] = []
-        evaluate = (self._evaluator(sketch_id, cache) if learned
+        evaluate = (self._evaluator(sketch_id, cache, probes) if learned
                     else self._random_evaluator(sketch_id, cache))
         ranked = fresh
         if learned:
@@ -329,6 +341,7 @@ class HarlSearchStrategy(PySearchStrategy):
         """Up to `wanted` new candidates spread over the sketches; None when none is left."""
         trust = self._batch_trust()
         self.metrics.record("tile/batch_trust", trust)
+        self._predict_outlooks(trust)
         picks = []
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
@@ -351,6 +364,62 @@ class HarlSearchStrategy(PySearchStrategy):
         self.pending_scores = (list(self.scorer(self.context, candidates).scores)
                                if judged else None)
         return candidates
+
+    def _predict_outlooks(self, trust: float) -> None:
+        """Tell the chooser what the cost model predicts of each measured sketch.
+
+        A sketch's outlook is the quality (see `SketchChooser.quality`) of the best measured
+        schedule of its kind plus the margin by which the best of `outlook_samples` of its
+        fresh samples outscores that schedule, all scored in one call of the model (its scores
+        are throughputs relative to the task's best, the chooser's scale). The kinds are TVM's
+        sketches and their serial variants: the prior was trained on one thread, so it rates
+        every serial schedule too well against a parallel one, and within a kind that bias
+        cancels. Sketches with nothing measured keep NaN (the chooser's `min_trials` covers
+        them). The samples, scored, join the pool of a sketch the batch fills (the model is the
+        same until the batch is measured).
+        """
+        outlook = np.full(len(self.sketches), np.nan)
+        self.probes = {}
+        measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
+        if (not self.scorer.ranks(self.mod) or trust <= 0.0 or len(measured) < 2
+                or self.config.sketch.prediction_weight == 0.0):
+            self.chooser.predict(outlook, 0.0)
+            return
+        references = {}  # kind -> its sketch with the best measured schedule
+        for sketch_id in measured:
+            kind = self.sketches[sketch_id].serial
+            if kind not in references or (self.sketches[sketch_id].elites[0][0]
+                                          < self.sketches[references[kind]].elites[0][0]):
+                references[kind] = sketch_id
+        drawn = []  # (sketch, state, schedule); state None: its kind's reference
+        for sketch_id in references.values():
+            sketch = self.sketches[sketch_id]
+            best = self.replay.states(sketch, [sketch.elites[0][1]])[0]
+            if best is not None:
+                drawn.append((sketch_id, None, best))
+        for sketch_id in measured:
+            sketch = self.sketches[sketch_id]
+            count = 1 if sketch.deterministic else self.config.outlook_samples
+            drawn += [(sketch_id, state, sch) for state, sch in self.replay.fresh(sketch, count)
+                      if tvm_ffi.structural_hash(sch.mod) not in self.measured]
+        scored = self.scorer(self.context, [self._candidate(sch) for _, _, sch in drawn])
+        quality = self.chooser.quality()
+        reference_score = {self.sketches[sketch_id].serial: float(scored.scores[i])
+                           for i, (sketch_id, state, _) in enumerate(drawn) if state is None}
+        for i, (sketch_id, state, sch) in enumerate(drawn):
+            kind = self.sketches[sketch_id].serial
+            if state is None or kind not in reference_score:
+                continue
+            score = float(scored.scores[i])
+            predicted = quality[references[kind]] + score - reference_score[kind]
+            outlook[sketch_id] = np.nanmax([outlook[sketch_id], predicted])
+            feature = scored.features[i] if scored.features is not None else None
+            self.probes.setdefault(sketch_id, []).append(
+                (state, sch, score, feature))  # the fill's pool reuses them
+        outlook = np.clip(outlook, 0.0, 2.0)
+        for sketch_id in np.flatnonzero(np.isfinite(outlook)):
+            self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
+        self.chooser.predict(outlook, trust)
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
