@@ -379,8 +379,7 @@ def test_a_bias_for_serial_programs_does_not_move_the_outlook():
     outlooks = []
     for scorer in (SerialFavouringScorer(bias=0.0), SerialFavouringScorer(bias=0.5)):
         strategy.scorer, strategy.replay.rng = scorer, np.random.default_rng(5)
-        strategy._predict_outlooks(trust=0.9)
-        outlooks.append(strategy.chooser.outlook.copy())
+        outlooks.append(strategy._outlook(trust=0.9))
     judged = outlooks[0][np.isfinite(outlooks[0])]
     assert len(judged) == len(measured) and ((judged > 0) & (judged < 2)).any()
     assert np.allclose(*outlooks, equal_nan=True)

@@ -341,7 +341,10 @@ class HarlSearchStrategy(PySearchStrategy):
         """Up to `wanted` new candidates spread over the sketches; None when none is left."""
         trust = self._batch_trust()
         self.metrics.record("tile/batch_trust", trust)
-        self._predict_outlooks(trust)
+        outlook = self._outlook(trust)
+        for sketch_id in np.flatnonzero(np.isfinite(outlook)):
+            self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
+        self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
         picks = []
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
@@ -365,26 +368,25 @@ class HarlSearchStrategy(PySearchStrategy):
                                if judged else None)
         return candidates
 
-    def _predict_outlooks(self, trust: float) -> None:
-        """Tell the chooser what the cost model predicts of each measured sketch.
+    def _outlook(self, trust: float) -> np.ndarray:
+        """What the cost model predicts of each measured sketch, for the chooser.
 
         A sketch's outlook is the quality (see `SketchChooser.quality`) of the best measured
         schedule of its kind plus the margin by which the best of `outlook_samples` of its
         fresh samples outscores that schedule, all scored in one call of the model (its scores
         are throughputs relative to the task's best, the chooser's scale). The kinds are TVM's
-        sketches and their serial variants: the prior was trained on one thread, so it rates
-        every serial schedule too well against a parallel one, and within a kind that bias
-        cancels. Sketches with nothing measured keep NaN (the chooser's `min_trials` covers
-        them). The samples, scored, join the pool of a sketch the batch fills (the model is the
-        same until the batch is measured).
+        sketches and their serial variants: the prior was trained on one thread, so it cannot
+        know what waking the thread pool costs (on the MLP it pulled batches to serial variants
+        that then lost), and within a kind such a bias cancels. Sketches with nothing measured
+        keep NaN (the chooser's `min_trials` covers them). The samples, scored, join the pool
+        of a sketch the batch fills (the model is the same until the batch is measured).
         """
         outlook = np.full(len(self.sketches), np.nan)
         self.probes = {}
         measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
         if (not self.scorer.ranks(self.mod) or trust <= 0.0 or len(measured) < 2
                 or self.config.sketch.prediction_weight == 0.0):
-            self.chooser.predict(outlook, 0.0)
-            return
+            return outlook
         references = {}  # kind -> its sketch with the best measured schedule
         for sketch_id in measured:
             kind = self.sketches[sketch_id].serial
@@ -402,6 +404,8 @@ class HarlSearchStrategy(PySearchStrategy):
             count = 1 if sketch.deterministic else self.config.outlook_samples
             drawn += [(sketch_id, state, sch) for state, sch in self.replay.fresh(sketch, count)
                       if tvm_ffi.structural_hash(sch.mod) not in self.measured]
+        if all(state is None for _, state, _ in drawn):  # no fresh sample to judge
+            return outlook
         scored = self.scorer(self.context, [self._candidate(sch) for _, _, sch in drawn])
         quality = self.chooser.quality()
         reference_score = {self.sketches[sketch_id].serial: float(scored.scores[i])
@@ -416,10 +420,7 @@ class HarlSearchStrategy(PySearchStrategy):
             feature = scored.features[i] if scored.features is not None else None
             self.probes.setdefault(sketch_id, []).append(
                 (state, sch, score, feature))  # the fill's pool reuses them
-        outlook = np.clip(outlook, 0.0, 2.0)
-        for sketch_id in np.flatnonzero(np.isfinite(outlook)):
-            self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
-        self.chooser.predict(outlook, trust)
+        return np.clip(outlook, 0.0, 2.0)
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
