@@ -16,16 +16,15 @@ from harl.agents.model_trust import TrustBoard
 from harl.agents.sketch_chooser import SketchChooser, SketchConfig
 from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner, TileTunerConfig
-from harl.frontend.tasks import task_flop
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
-from harl.search.location_shortcut import LocationShortcut
 from harl.search.program_scorer import ProgramScorer
+from harl.search.sketch_outlook import Probe, sketch_outlook
 from harl.search.sketch_replay import SketchReplay
+from harl.search.sketches import Sketch, sketch_traces
 from harl.search.stored_elites import stored_elites
 from harl.search.trace_sites import (
     initial_options,
-    serial_variant,
     site_of,
     state_of,
     tunable_insts,
@@ -80,31 +79,6 @@ class HarlSearchConfig:
     for good in MetaSchedule, so a few unlucky samples must not empty it"""
 
 
-def sketch_traces(mod, design_spaces, serial_max_flop: float) -> list:
-    """The sketches harl searches: the design spaces' traces, and for a task of at most
-    `serial_max_flop` their serial variants after them."""
-    traces = [space.trace.simplified(remove_postproc=True) for space in design_spaces]
-    if task_flop(mod) <= serial_max_flop:
-        traces += [v for v in map(serial_variant, traces) if v is not None]
-    return traces
-
-
-@dataclass
-class Sketch:
-    """One design space: its trace, the tuner of its decisions, and its best measured states."""
-
-    trace: object
-    tuner: TileTuner
-    elites: list[tuple[float, State]] = field(default_factory=list)
-    shortcut: LocationShortcut | None = None
-    """replays its sampled compute location cheaply, for scoring (see location_shortcut)"""
-    deterministic: bool = False
-    """the trace samples nothing: every replay is the same program, so one is drawn, not a
-    pool (a fused chain of many blocks may take 50 ms to replay)"""
-    serial: bool = False
-    """a serial variant of one of TVM's sketches (see `serial_max_flop`)"""
-
-
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
                 max_share: float) -> int:
     """How many of a sketch's `count` candidates are fresh samples.
@@ -152,7 +126,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
-        self.probes: dict[int, list[tuple[State, object, float, np.ndarray | None]]] = {}
+        self.probes: dict[int, list[Probe]] = {}  # scored for the outlook, by sketch
         self.trust = self.trust_board.task(self.task_id)
         self.sketches = []
         for index, trace in enumerate(self._sketch_traces(design_spaces)):
@@ -193,13 +167,13 @@ class HarlSearchStrategy(PySearchStrategy):
 
     # -- candidates -------------------------------------------------------------------------
 
-    def _evaluator(self, sketch_id: int, cache: dict, known: list | None = None):
+    def _evaluator(self, sketch_id: int, cache: dict, known: list[Probe] = ()):
         """Scores of states by the cost model, -inf where illegal. Within one fill the model
-        does not change, so a state the trajectories come back to is scored once, and `known`
-        (state, schedule, score, features) were scored already this batch."""
-        scores: dict[State, float] = {state: score for state, _, score, _ in known or []}
-        features: dict[State, np.ndarray] = {state: feature for state, _, _, feature
-                                             in known or [] if feature is not None}
+        does not change, so a state the trajectories come back to is scored once, and the
+        `known` probes were scored already this batch."""
+        scores: dict[State, float] = {probe.state: probe.score for probe in known}
+        features: dict[State, np.ndarray] = {probe.state: probe.features for probe in known
+                                             if probe.features is not None}
 
         def evaluate(states: list[State]) -> Evaluation:
             distinct = list(dict.fromkeys(states))
@@ -276,7 +250,7 @@ class HarlSearchStrategy(PySearchStrategy):
             drawn = 1
         probes = self.probes.pop(sketch_id, []) if learned else []  # scored for the outlook
         drawn_here = self.replay.fresh(sketch, drawn - len(probes)) if drawn > len(probes) else []
-        for state, sch in [(state, sch) for state, sch, _, _ in probes] + drawn_here:
+        for state, sch in [(probe.state, probe.schedule) for probe in probes] + drawn_here:
             cache.setdefault(state, sch)
             fresh.append(state)
         fresh = list(dict.fromkeys(fresh))
@@ -369,58 +343,20 @@ class HarlSearchStrategy(PySearchStrategy):
         return candidates
 
     def _outlook(self, trust: float) -> np.ndarray:
-        """What the cost model predicts of each measured sketch, for the chooser.
-
-        A sketch's outlook is the quality (see `SketchChooser.quality`) of the best measured
-        schedule of its kind plus the margin by which the best of `outlook_samples` of its
-        fresh samples outscores that schedule, all scored in one call of the model (its scores
-        are throughputs relative to the task's best, the chooser's scale). The kinds are TVM's
-        sketches and their serial variants: the prior was trained on one thread, so it cannot
-        know what waking the thread pool costs (on the MLP it pulled batches to serial variants
-        that then lost), and within a kind such a bias cancels. Sketches with nothing measured
-        keep NaN (the chooser's `min_trials` covers them). The samples, scored, join the pool
-        of a sketch the batch fills (the model is the same until the batch is measured).
-        """
-        outlook = np.full(len(self.sketches), np.nan)
+        """What the cost model predicts of each measured sketch, for the chooser (see
+        `sketch_outlook`); NaN throughout while no model ranks the task, or before two sketches
+        are measured. Its scored samples become `probes`, for the fills of this batch."""
         self.probes = {}
         measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
         if (not self.scorer.ranks(self.mod) or trust <= 0.0 or len(measured) < 2
                 or self.config.sketch.prediction_weight == 0.0):
-            return outlook
-        references = {}  # kind -> its sketch with the best measured schedule
-        for sketch_id in measured:
-            kind = self.sketches[sketch_id].serial
-            if kind not in references or (self.sketches[sketch_id].elites[0][0]
-                                          < self.sketches[references[kind]].elites[0][0]):
-                references[kind] = sketch_id
-        drawn = []  # (sketch, state, schedule); state None: its kind's reference
-        for sketch_id in references.values():
-            sketch = self.sketches[sketch_id]
-            best = self.replay.states(sketch, [sketch.elites[0][1]])[0]
-            if best is not None:
-                drawn.append((sketch_id, None, best))
-        for sketch_id in measured:
-            sketch = self.sketches[sketch_id]
-            count = 1 if sketch.deterministic else self.config.outlook_samples
-            drawn += [(sketch_id, state, sch) for state, sch in self.replay.fresh(sketch, count)
-                      if tvm_ffi.structural_hash(sch.mod) not in self.measured]
-        if all(state is None for _, state, _ in drawn):  # no fresh sample to judge
-            return outlook
-        scored = self.scorer(self.context, [self._candidate(sch) for _, _, sch in drawn])
-        quality = self.chooser.quality()
-        reference_score = {self.sketches[sketch_id].serial: float(scored.scores[i])
-                           for i, (sketch_id, state, _) in enumerate(drawn) if state is None}
-        for i, (sketch_id, state, sch) in enumerate(drawn):
-            kind = self.sketches[sketch_id].serial
-            if state is None or kind not in reference_score:
-                continue
-            score = float(scored.scores[i])
-            predicted = quality[references[kind]] + score - reference_score[kind]
-            outlook[sketch_id] = np.nanmax([outlook[sketch_id], predicted])
-            feature = scored.features[i] if scored.features is not None else None
-            self.probes.setdefault(sketch_id, []).append(
-                (state, sch, score, feature))  # the fill's pool reuses them
-        return np.clip(outlook, 0.0, 2.0)
+            return np.full(len(self.sketches), np.nan)
+        outlook, self.probes = sketch_outlook(
+            self.sketches, measured, self.chooser.quality(), self.replay,
+            lambda schedules: self.scorer(self.context, list(map(self._candidate, schedules))),
+            lambda sch: tvm_ffi.structural_hash(sch.mod) in self.measured,
+            self.config.outlook_samples)
+        return outlook
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
