@@ -33,17 +33,34 @@ def host_target_dict() -> dict:
     }
 
 
+#: Limits assumed with DEFAULT_REMOTE_CUDA_ARCH (TVM's nvidia/nvidia-a100 tag); MetaSchedule's
+#: CUDA rules need max_threads_per_block and max_shared_memory_per_block in the target.
+DEFAULT_REMOTE_CUDA_LIMITS = {
+    "max_threads_per_block": 1024,
+    "max_shared_memory_per_block": 49152,
+    "thread_warp_size": 32,
+    "registers_per_block": 65536,
+}
+
+
 def _cuda_target_dict() -> dict:
     import tvm
 
     device = tvm.cuda(0)
     if device.exist:
         arch = "sm_" + device.compute_version.replace(".", "")
+        limits = {
+            "max_threads_per_block": device.max_threads_per_block,
+            "max_shared_memory_per_block": device.max_shared_memory_per_block,
+            "thread_warp_size": device.warp_size,
+            "registers_per_block": DEFAULT_REMOTE_CUDA_LIMITS["registers_per_block"],
+            "l2_cache_size_bytes": device.l2_cache_size_bytes,
+        }
     else:
-        arch = DEFAULT_REMOTE_CUDA_ARCH
+        arch, limits = DEFAULT_REMOTE_CUDA_ARCH, DEFAULT_REMOTE_CUDA_LIMITS
         logger.warning("no local GPU: assuming %s; pass a target tag such as "
                        "nvidia/nvidia-h100 to match the measuring device", arch)
-    return {"kind": "cuda", "arch": arch, "host": host_target_dict()}
+    return {"kind": "cuda", "arch": arch, **limits, "host": host_target_dict()}
 
 
 def parse_target(spec: str | None):

@@ -105,7 +105,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     batch = config.trials_per_batch or default_batch_size(config.trials, len(tasks))
     say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
         f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")
-    if threads_set:
+    if threads_set and not is_gpu(target):  # a GPU's kernels do not use the thread pool
         plural = "s" if runtime_threads != 1 else ""
         say(f"harl: TVM's runtime runs kernels here on {runtime_threads} thread{plural}, one "
             "per core (set TVM_NUM_THREADS to choose; plain TVM builds need it too)")

@@ -6,7 +6,7 @@ import socket
 import psutil
 from farm_util import farm_cli, loopback_farm, recorded_processes
 
-from harl.farm.farm import free_port
+from harl.farm.farm import down, free_port, server_args, up
 from harl.farm.tracker import count_servers
 
 
@@ -59,3 +59,22 @@ def test_busy_port_is_one_line_and_starts_nothing(tmp_path):
 def test_down_without_farm_is_harmless(tmp_path):
     proc = farm_cli(tmp_path, "down")
     assert proc.returncode == 0 and "no farm is up" in proc.stdout
+
+
+def test_servers_that_spawn_their_sessions_serve_them(tmp_path):
+    """On a GPU machine servers run with --no-fork (a forked session cannot use CUDA there)."""
+    from tvm import rpc
+
+    assert server_args("127.0.0.1", 9000, 9190, "k", no_fork=True)[-1] == "--no-fork"
+    assert "--no-fork" not in server_args("127.0.0.1", 9000, 9190, "k", no_fork=False)
+    port = free_port()
+    state = up(1, "test-spawn", port=port, directory=tmp_path, no_fork=True)
+    try:
+        server = psutil.Process(state.servers[0].pid)
+        assert "--no-fork" in server.cmdline()
+        session = rpc.connect_tracker("127.0.0.1", port).request("test-spawn", session_timeout=60)
+        assert session.cpu(0).exist
+    finally:
+        down(tmp_path)
+    assert all(not psutil.pid_exists(record.pid) or psutil.Process(record.pid).status()
+               == psutil.STATUS_ZOMBIE for record in state.processes)

@@ -83,9 +83,28 @@ def alive_processes(state: FarmState) -> list[ProcessRecord]:
     return [record for record in state.processes if _alive(record)]
 
 
+def gpu_visible() -> bool:
+    """True where TVM's runtime sees a CUDA GPU (checked in this process, not in a server)."""
+    import tvm
+
+    return bool(tvm.cuda(0).exist)
+
+
+def server_args(host: str, port: int, tracker_port: int, key: str, no_fork: bool) -> list[str]:
+    """`python -m` arguments of one server; not silent, so its log shows each session."""
+    args = ["tvm.exec.rpc_server", "--host", host, "--port", str(port), "--port-end",
+            str(port + 1), "--tracker", f"{host}:{tracker_port}", "--key", key]
+    # A server forks a process per session, and on a GPU machine the fork inherits a CUDA
+    # context it cannot use (cudaErrorInitializationError): spawned sessions start clean.
+    return args + ["--no-fork"] if no_fork else args
+
+
 def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
-       directory: Path | None = None) -> FarmState:
-    """Start a tracker on host:port and `n_servers` servers under `key`; wait until registered."""
+       directory: Path | None = None, no_fork: bool | None = None) -> FarmState:
+    """Start a tracker on host:port and `n_servers` servers under `key`; wait until registered.
+
+    `no_fork` (default: whether a CUDA GPU is visible) makes servers spawn their sessions.
+    """
     if n_servers < 1:
         raise HarlError(f"--servers must be at least 1, got {n_servers}")
     if not key or ":" in key:
@@ -98,6 +117,8 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
     if not _port_is_free(host, port):
         raise HarlError(f"port {host}:{port} is in use; pick another with --port")
     directory.mkdir(parents=True, exist_ok=True)
+    if no_fork is None:
+        no_fork = gpu_visible()
 
     tracker = _spawn("tracker", ["tvm.exec.rpc_tracker", "--host", host, "--port", str(port),
                                  "--port-end", str(port + 1), "--silent"],
@@ -108,9 +129,7 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
         for index, core in enumerate(server_cores(n_servers)):
             server_port = free_port(host)
             state.processes.append(_spawn(
-                "server", ["tvm.exec.rpc_server", "--host", host, "--port", str(server_port),
-                           "--port-end", str(server_port + 1), "--tracker", f"{host}:{port}",
-                           "--key", key],  # not silent: its log shows each session
+                "server", server_args(host, server_port, port, key, no_fork),
                 directory / f"server-{index}.log", server_port, core))
         save_state(state, directory)
         _wait_until_registered(state)

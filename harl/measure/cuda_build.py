@@ -113,7 +113,8 @@ def compile_fatbin(source: str, target) -> bytes:
 def _with_fatbins(host_module, target) -> bytes | None:
     """The host module's import blob with every CUDA-source module compiled to a fatbin.
 
-    None when there is nothing to compile (the codegen already produced a binary).
+    None when there is nothing to compile: where a CUDA runtime is loaded (a GPU machine), the
+    codegen compiles the kernels itself and the modules hold PTX or a fatbin, not source.
     """
     import tvm_ffi
 
@@ -126,15 +127,16 @@ def _with_fatbins(host_module, target) -> bytes | None:
     for index, (kind, payload) in enumerate(library.modules):
         if kind != "cuda" or payload is None:
             continue
+        if _Reader(payload).chunk() != b"cuda":
+            continue  # a CUDA runtime was loaded here, so the codegen already compiled it
         for source in sources:
             try:
                 fmt, function_map = split_cuda_payload(payload, source)
             except ValueError:
                 continue
-            if fmt == "cuda":
-                fatbin = compile_fatbin(source.decode(), target)
-                library.modules[index] = (kind, _chunk(b"fatbin") + function_map + _chunk(fatbin))
-                changed = True
+            fatbin = compile_fatbin(source.decode(), target)
+            library.modules[index] = (kind, _chunk(b"fatbin") + function_map + _chunk(fatbin))
+            changed = True
             break
         else:
             raise ValueError("a CUDA module of the build matches none of its sources")
