@@ -89,17 +89,25 @@ def _flatten(result) -> list:
 
 
 class OnnxRuntimeModel:
-    """The reference: onnxruntime on the CPU with the same thread count."""
+    """The reference: onnxruntime with the same CPU thread count, on the GPU where asked and able.
 
-    def __init__(self, model: OnnxModel, threads: int) -> None:
+    `device` says where it runs: "gpu" only with `gpu=True` and an onnxruntime that has CUDA
+    (onnxruntime-gpu); the plain package runs on the CPU whatever the target.
+    """
+
+    def __init__(self, model: OnnxModel, threads: int, gpu: bool = False) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
         self.session = ort.InferenceSession(model.proto.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
+                                            providers=providers)
+        self.device = "gpu" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
 
     def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(self.session.run(None, inputs))

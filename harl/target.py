@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 from harl.errors import HarlError
-
-logger = logging.getLogger(__name__)
 
 #: Architecture assumed for `--target cuda` when no GPU is visible here (a remote farm measures).
 DEFAULT_REMOTE_CUDA_ARCH = "sm_80"
@@ -57,10 +54,15 @@ def _cuda_target_dict() -> dict:
             "l2_cache_size_bytes": device.l2_cache_size_bytes,
         }
     else:
-        arch, limits = DEFAULT_REMOTE_CUDA_ARCH, DEFAULT_REMOTE_CUDA_LIMITS
-        logger.warning("no local GPU: assuming %s; pass a target tag such as "
-                       "nvidia/nvidia-h100 to match the measuring device", arch)
+        arch, limits = DEFAULT_REMOTE_CUDA_ARCH, DEFAULT_REMOTE_CUDA_LIMITS  # harl.tune says so
     return {"kind": "cuda", "arch": arch, **limits, "host": host_target_dict()}
+
+
+def gpu_visible() -> bool:
+    """True where TVM's runtime sees a CUDA GPU in this process."""
+    import tvm
+
+    return bool(tvm.cuda(0).exist)
 
 
 def parse_target(spec: str | None):

@@ -28,7 +28,7 @@ from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior, load_cost_prior
-from harl.target import is_gpu, local_cpu_count, parse_target
+from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
 from harl.tvm_env import load_tensor_intrinsics, quiet_tvm_loggers
 
 
@@ -76,6 +76,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
     runtime_threads, threads_set = use_physical_cores()  # before any kernel runs here
     model = load_onnx(config.model, config.input_shapes)
     target = parse_target(config.target)
+    if is_gpu(target) and config.rpc is None and not gpu_visible():
+        raise HarlError(f"--target {target.kind.name} measures on a GPU and none is visible here: "
+                        "pass --rpc-tracker HOST:PORT --rpc-key KEY to measure on a GPU server")
+    if is_gpu(target) and not gpu_visible() and config.target.strip() == "cuda":
+        say(f"harl: no GPU here: kernels are built for {target.attrs['arch']}; pass a target tag "
+            "such as nvidia/nvidia-h100 to match the GPU servers")
     if config.rpc is not None:  # fail in seconds, before import and extraction, if nobody serves
         from harl.measure.rpc import preflight
 
@@ -146,7 +152,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
     # 3. Compile, verify, time
     report = RunReport(
-        model=str(config.model), target=str(target), strategy=config.strategy,
+        model=str(config.model), target=str(target), gpu_target=is_gpu(target),
+        strategy=config.strategy,
         trials=config.trials, trials_done=sum(s.trials for s in stats),
         trials_resumed=resume.prior.trials, seed=config.seed,
         tune_seconds=round(tune_seconds, 2), tasks=task_summaries(stats),
@@ -211,16 +218,16 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
                   config: TuneConfig) -> None:
     """Fill the report's latencies and output check (skipped when the target is not here)."""
-    import tvm
 
-    if is_gpu(target) and not tvm.cuda(0).exist:
+    if is_gpu(target) and not gpu_visible():
         report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
         return
     names = [spec.name for spec in model.inputs]
     inputs = model.random_inputs(config.seed)
     tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
     untuned = CompiledModel(compile_model(relax_mod, target), target, names)
-    reference = OnnxRuntimeModel(model, threads=local_cpu_count())
+    reference = OnnxRuntimeModel(model, threads=local_cpu_count(), gpu=is_gpu(target))
+    report.onnxruntime_device = reference.device
 
     expected = reference.run(inputs)
     verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,

@@ -18,6 +18,7 @@ from conftest import (
 )
 
 from harl.measure.threads import physical_core_count
+from harl.target import gpu_visible
 
 
 def harl_tune(*args, timeout=600):
@@ -113,6 +114,8 @@ def test_metaschedule_baseline_end_to_end(tmp_path):
     ([EXAMPLES / "mlp.onnx", "--target", "bogus"], "unknown target"),
     ([EXAMPLES / "mlp.onnx", "--input-shape", "input:1,x"], "malformed --input-shape"),
     ([EXAMPLES / "mlp.onnx", "--run-timeout", "0"], "must be positive numbers of seconds"),
+    pytest.param([EXAMPLES / "mlp.onnx", "--target", "cuda"], "none is visible here",
+                 marks=pytest.mark.skipif(gpu_visible(), reason="a GPU is here")),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
     proc = harl_tune(*args, timeout=120)

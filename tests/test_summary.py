@@ -38,3 +38,16 @@ def test_a_resumed_run_counts_its_seconds_over_the_trials_it_measured():
     report.trials_resumed = 2  # of the 4 done: this process measured 2, in 1 s of agents
     report.agent_seconds = {"search/agent_seconds": 1.0}
     assert "500 ms per trial" in format_summary(report)
+
+
+def test_a_gpu_model_against_onnxruntime_on_the_cpu_says_so():
+    report = report_of([TaskSummary("measured", 1, 1e6, 4, 0, 0.5)])
+    report.latency_ms = {"untuned": 2.0, "tuned": 1.0, "onnxruntime": 4.0}
+    report.onnxruntime_device = "cpu"
+    assert "tuned / onnxruntime      0.25x" in format_summary(report)  # both on this CPU
+    report.gpu_target = True
+    text = format_summary(report)
+    assert "onnxruntime (CPU) latency 4 ms" in text
+    assert "tuned / onnxruntime (CPU) 0.25x" in text
+    report.onnxruntime_device = "gpu"  # onnxruntime-gpu: like with like again
+    assert "(CPU)" not in format_summary(report)

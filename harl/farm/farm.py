@@ -22,6 +22,7 @@ import psutil
 from harl.errors import HarlError
 from harl.farm.state import FarmState, ProcessRecord, clear_state, farm_dir, load_state, save_state
 from harl.farm.tracker import wait_for_servers
+from harl.target import gpu_visible
 
 TRACKER_START_S = 60.0  # importing TVM takes seconds per process on a busy 2-core machine
 STOP_WAIT_S = 10.0
@@ -81,13 +82,6 @@ def _alive(record: ProcessRecord) -> bool:
 
 def alive_processes(state: FarmState) -> list[ProcessRecord]:
     return [record for record in state.processes if _alive(record)]
-
-
-def gpu_visible() -> bool:
-    """True where TVM's runtime sees a CUDA GPU (checked in this process, not in a server)."""
-    import tvm
-
-    return bool(tvm.cuda(0).exist)
 
 
 def server_args(host: str, port: int, tracker_port: int, key: str, no_fork: bool) -> list[str]:
