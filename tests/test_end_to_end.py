@@ -219,8 +219,10 @@ def test_where_tvm_itself_disagrees_with_onnxruntime_tuning_is_checked_against_u
     path = tmp_path / "tanh.onnx"
     onnx.save(helper.make_model(helper.make_graph(nodes, "tanh", [x], [y]),
                                 opset_imports=[helper.make_opsetid("", 17)]), path)
+    # MetaSchedule's strategy measures no naive loop nest, which under load can beat the tuned
+    # kernel and leave nothing tuned to check.
     exact = run(TuneConfig(model=path, trials=2, work_dir=tmp_path / "exact", quiet=True,
-                           verify=VerifyConfig(rtol=0.0, atol=0.0)))
+                           strategy="metaschedule", verify=VerifyConfig(rtol=0.0, atol=0.0)))
     assert exact.trials_done >= 1 and not exact.tasks[0].naive  # a tuned kernel was compiled
     assert exact.verified and exact.verified_against == "untuned TVM"
     assert exact.max_abs_err == 0 and 0 < exact.untuned_max_abs_err < 1e-5
