@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harl.frontend.onnx_model import OnnxModel
-from harl.target import is_gpu
+from harl.target import is_gpu, use_nvcc_for_cuda
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ def compile_model(relax_mod, target, database=None):
 
     if database is None:
         database = ms.database.MemoryDatabase()
+    if target.kind.name == "cuda":
+        use_nvcc_for_cuda()
     return ms.relax_integration.compile_relax(database, relax_mod, target, params=None)
 
 
@@ -89,25 +91,17 @@ def _flatten(result) -> list:
 
 
 class OnnxRuntimeModel:
-    """The reference: onnxruntime with the same CPU thread count, on the GPU where asked and able.
+    """The reference: onnxruntime on the CPU with the same thread count, whatever the target."""
 
-    `device` says where it runs: "gpu" only with `gpu=True` and an onnxruntime that has CUDA
-    (onnxruntime-gpu); the plain package runs on the CPU whatever the target.
-    """
-
-    def __init__(self, model: OnnxModel, threads: int, gpu: bool = False) -> None:
+    def __init__(self, model: OnnxModel, threads: int) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        providers = ["CPUExecutionProvider"]
-        if gpu and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
         self.session = ort.InferenceSession(model.proto.SerializeToString(), options,
-                                            providers=providers)
-        self.device = "gpu" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+                                            providers=["CPUExecutionProvider"])
 
     def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(self.session.run(None, inputs))

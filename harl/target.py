@@ -50,19 +50,26 @@ def _cuda_target_dict() -> dict:
             "max_threads_per_block": device.max_threads_per_block,
             "max_shared_memory_per_block": device.max_shared_memory_per_block,
             "thread_warp_size": device.warp_size,
+            # TVM's Device does not report it; 64K 32-bit registers per block since sm_30
             "registers_per_block": DEFAULT_REMOTE_CUDA_LIMITS["registers_per_block"],
             "l2_cache_size_bytes": device.l2_cache_size_bytes,
         }
     else:
-        arch, limits = DEFAULT_REMOTE_CUDA_ARCH, DEFAULT_REMOTE_CUDA_LIMITS  # harl.tune says so
+        arch, limits = DEFAULT_REMOTE_CUDA_ARCH, DEFAULT_REMOTE_CUDA_LIMITS  # harl.tune warns
     return {"kind": "cuda", "arch": arch, **limits, "host": host_target_dict()}
 
 
 def gpu_visible() -> bool:
-    """True where TVM's runtime sees a CUDA GPU in this process."""
+    """True where TVM's runtime sees a CUDA GPU in this process (harl's only GPU kind)."""
     import tvm
 
     return bool(tvm.cuda(0).exist)
+
+
+def use_nvcc_for_cuda() -> None:
+    """Where a CUDA runtime is loaded, TVM's codegen compiles kernels through NVRTC by default,
+    which needs the cuda-bindings package; nvcc is what a CUDA toolkit has."""
+    os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
 
 
 def parse_target(spec: str | None):
@@ -79,8 +86,11 @@ def parse_target(spec: str | None):
             config = json.loads(spec)
             if config.get("kind") == "llvm":
                 config = {**host_target_dict(), **config}
-            return Target(config)
-        target = Target(spec)
+            elif config.get("kind") == "cuda":  # the user's keys win over this GPU's limits
+                config = {**_cuda_target_dict(), **config}
+            target = Target(config)
+        else:
+            target = Target(spec)
     except (ValueError, RuntimeError, json.JSONDecodeError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise HarlError(f"unknown target {spec!r}: {first_line}") from None

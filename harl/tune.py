@@ -76,12 +76,13 @@ def run(config: TuneConfig, out=None) -> RunReport:
     runtime_threads, threads_set = use_physical_cores()  # before any kernel runs here
     model = load_onnx(config.model, config.input_shapes)
     target = parse_target(config.target)
-    if is_gpu(target) and config.rpc is None and not gpu_visible():
-        raise HarlError(f"--target {target.kind.name} measures on a GPU and none is visible here: "
+    if is_gpu(target) and config.rpc is not None:
+        say(f"harl: kernels are built for {target.attrs.get('arch', '?')}"
+            + ("" if gpu_visible() else " (no GPU here)") + "; a target tag such as "
+            "nvidia/nvidia-h100 matches other GPU servers")
+    elif is_gpu(target) and not gpu_visible():
+        raise HarlError(f"--target {config.target} measures on a GPU and none is visible here: "
                         "pass --rpc-tracker HOST:PORT --rpc-key KEY to measure on a GPU server")
-    if is_gpu(target) and not gpu_visible() and config.target.strip() == "cuda":
-        say(f"harl: no GPU here: kernels are built for {target.attrs['arch']}; pass a target tag "
-            "such as nvidia/nvidia-h100 to match the GPU servers")
     if config.rpc is not None:  # fail in seconds, before import and extraction, if nobody serves
         from harl.measure.rpc import preflight
 
@@ -226,8 +227,7 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     inputs = model.random_inputs(config.seed)
     tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
     untuned = CompiledModel(compile_model(relax_mod, target), target, names)
-    reference = OnnxRuntimeModel(model, threads=local_cpu_count(), gpu=is_gpu(target))
-    report.onnxruntime_device = reference.device
+    reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 
     expected = reference.run(inputs)
     verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,

@@ -4,7 +4,7 @@ import os
 import socket
 
 import psutil
-from farm_util import farm_cli, loopback_farm, recorded_processes
+from farm_util import farm_cli, leftovers, loopback_farm, recorded_processes
 
 from harl.farm.farm import down, free_port, server_args, up
 from harl.farm.tracker import count_servers
@@ -76,5 +76,4 @@ def test_servers_that_spawn_their_sessions_serve_them(tmp_path):
         assert session.cpu(0).exist
     finally:
         down(tmp_path)
-    assert all(not psutil.pid_exists(record.pid) or psutil.Process(record.pid).status()
-               == psutil.STATUS_ZOMBIE for record in state.processes)
+    assert leftovers(state.processes) == []  # spawned sessions included

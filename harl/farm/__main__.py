@@ -9,6 +9,7 @@ from harl.errors import HarlError
 from harl.farm.farm import alive_processes, down, up
 from harl.farm.state import farm_dir, load_state, state_path
 from harl.farm.tracker import key_statuses, tracker_summary
+from harl.target import gpu_visible
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--host", default="127.0.0.1",
                        help="address the tracker and servers bind (default 127.0.0.1)")
     start.add_argument("--port", type=int, default=9190, help="tracker port (default 9190)")
+    start.add_argument("--fork", action=argparse.BooleanOptionalAction, default=None,
+                       help="servers fork a process per session (default: yes, unless a GPU is "
+                            "visible: a forked session cannot initialise CUDA, so they spawn)")
     commands.add_parser("status", help="servers per key, free and busy, from the tracker")
     commands.add_parser("down", help="stop every process of the farm and wait for them")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -59,12 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "up":
-            state = up(args.servers, args.key, args.host, args.port)
+            no_fork = gpu_visible() if args.fork is None else not args.fork
+            state = up(args.servers, args.key, args.host, args.port, no_fork=no_fork)
             cores = [s.core for s in state.servers]
             pinning = ("pinned to cores " + ", ".join(map(str, cores))
                        if None not in cores else "unpinned (more servers than cores)")
             print(f"farm up: tracker {state.host}:{state.port}, {len(state.servers)} servers "
-                  f"under key {state.key!r}, {pinning}")
+                  f"under key {state.key!r}, {pinning}"
+                  + (", each session a spawned process (--no-fork)" if no_fork else ""))
             print(f"tune with: python -m harl.tune MODEL.onnx --rpc-tracker "
                   f"{state.host}:{state.port} --rpc-key {state.key}")
             return 0

@@ -19,6 +19,7 @@ from harl.interrupt import InterruptFlag
 from harl.measure.build_pool import BuildJob, BuildPool, StragglerCutoff
 from harl.measure.clock import StageClock
 from harl.measure.worker_lifetime import worker_initializer
+from harl.target import use_nvcc_for_cuda
 
 
 def build_in_worker(mod, target) -> str:
@@ -32,9 +33,7 @@ def build_in_worker(mod, target) -> str:
     from tvm.support.tar import tar
 
     if target.kind.name == "cuda":
-        # Where a CUDA runtime is loaded, the codegen compiles through tvm_callback_cuda_compile,
-        # NVRTC by default; nvcc is what this machine has.
-        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+        use_nvcc_for_cuda()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     runtime_mod = tvm.compile(mod, target=target)
     artifact_dir = tempfile.mkdtemp(prefix="harl_build_")

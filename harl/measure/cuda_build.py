@@ -114,7 +114,7 @@ def _with_fatbins(host_module, target) -> bytes | None:
     """The host module's import blob with every CUDA-source module compiled to a fatbin.
 
     None when there is nothing to compile: where a CUDA runtime is loaded (a GPU machine), the
-    codegen compiles the kernels itself and the modules hold PTX or a fatbin, not source.
+    codegen compiles the kernels itself and the modules hold a cubin (NVRTC) or a fatbin (nvcc).
     """
     import tvm_ffi
 
@@ -131,7 +131,7 @@ def _with_fatbins(host_module, target) -> bytes | None:
             continue  # a CUDA runtime was loaded here, so the codegen already compiled it
         for source in sources:
             try:
-                fmt, function_map = split_cuda_payload(payload, source)
+                _, function_map = split_cuda_payload(payload, source)
             except ValueError:
                 continue
             fatbin = compile_fatbin(source.decode(), target)
