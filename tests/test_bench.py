@@ -159,6 +159,7 @@ def test_smoke_runs_every_stage(smoke):
     assert "![mlp_curves](mlp_curves.png)" in summary
 
 
+@pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
 def test_compare_work_dirs_times_the_smoke_runs_with_and_without_picks(smoke):
     proc, out = smoke
     assert proc.returncode == 0
@@ -178,6 +179,7 @@ def test_compare_work_dirs_times_the_smoke_runs_with_and_without_picks(smoke):
     assert " 1.00x " in first and len(first.split("x  ")[1].split(", ")) == 2
 
 
+@pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
 def test_sketch_usage_places_every_searched_record_of_the_smoke_runs(smoke):
     from sketch_usage import sketch_usage
 

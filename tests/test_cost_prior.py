@@ -210,6 +210,7 @@ def test_the_prior_is_used_down_to_the_smallest_flops_it_was_trained_on():
     assert smallest_drawn([big]) == FLOP_RANGE[0]  # the small runs failed or were not asked
 
 
+@pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
 def test_the_training_tool_writes_a_prior_harl_loads(tmp_path, capsys):
     """One synthetic model tuned for real, then trained on: the files load and rank; the replay
     tool judges the scorers on the run."""
