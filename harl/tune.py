@@ -219,7 +219,6 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
                   config: TuneConfig) -> None:
     """Fill the report's latencies and output check (skipped when the target is not here)."""
-
     if is_gpu(target) and not gpu_visible():
         report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
         return
