@@ -7,6 +7,7 @@ import logging
 import sys
 
 _INTRINSICS_PACKAGE = "tvm.s_tir.tensor_intrin"
+_GPU_INTRINSICS = ("cuda", "rocm")
 
 
 def load_tensor_intrinsics(target) -> None:
@@ -14,19 +15,20 @@ def load_tensor_intrinsics(target) -> None:
 
     TuneContext imports every intrinsic package (about 30 s here, mostly CUDA's). For CPU targets
     only the x86/ARM sets matter, so the package shell is created without running its __init__ and
-    just those submodules are imported (under a second). GPU targets load everything.
+    just those submodules are imported (under a second). GPU targets load the GPU sets, also
+    after a CPU target in the same process.
     """
-    if _INTRINSICS_PACKAGE in sys.modules:
-        return
-    if target.kind.name != "llvm":
-        importlib.import_module(_INTRINSICS_PACKAGE)
-        return
-    import tvm.s_tir  # noqa: F401  (the parent package must exist first)
+    cpu = target.kind.name == "llvm"
+    if _INTRINSICS_PACKAGE not in sys.modules:
+        if not cpu:
+            importlib.import_module(_INTRINSICS_PACKAGE)
+            return
+        import tvm.s_tir  # noqa: F401  (the parent package must exist first)
 
-    spec = importlib.util.find_spec(_INTRINSICS_PACKAGE)
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[_INTRINSICS_PACKAGE] = package
-    for name in ("x86", "arm_cpu"):
+        spec = importlib.util.find_spec(_INTRINSICS_PACKAGE)
+        sys.modules[_INTRINSICS_PACKAGE] = importlib.util.module_from_spec(spec)
+    # the shell of an earlier CPU target lacks the GPU sets (imported ones are not run again)
+    for name in ("x86", "arm_cpu") if cpu else _GPU_INTRINSICS:
         importlib.import_module(f"{_INTRINSICS_PACKAGE}.{name}")
 
 

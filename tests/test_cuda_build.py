@@ -22,6 +22,7 @@ from harl.measure.cuda_build import (
     split_cuda_payload,
 )
 from harl.target import gpu_visible, parse_target
+from harl.tvm_env import load_tensor_intrinsics
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 ELF_MACHINE_CUDA = 190
@@ -32,7 +33,9 @@ CODEGEN_COMPILES_HERE = gpu_visible()
 
 @pytest.fixture(scope="module")
 def cuda_target():
-    return parse_target("nvidia/nvidia-a100")  # sm_80, host: this CPU
+    target = parse_target("nvidia/nvidia-a100")  # sm_80, host: this CPU
+    load_tensor_intrinsics(target)  # also where an earlier test loaded only the CPU's
+    return target
 
 
 @pytest.fixture(scope="module")
