@@ -23,6 +23,7 @@ from harl.search.sketch_outlook import Probe, sketch_outlook
 from harl.search.sketch_replay import SketchReplay
 from harl.search.sketches import Sketch, sketch_traces
 from harl.search.stored_elites import stored_elites
+from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import (
     initial_options,
     site_of,
@@ -136,7 +137,8 @@ class HarlSearchStrategy(PySearchStrategy):
             deterministic = not any(inst.kind.name.startswith("Sample") for inst in trace.insts)
             self.sketches.append(Sketch(trace, tuner, shortcut=self.replay.shortcut_of(trace),
                                         deterministic=deterministic,
-                                        serial=index >= len(design_spaces)))
+                                        serial=index >= len(design_spaces),
+                                        thread_bounds=ThreadBounds.of(trace)))
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         with self.metrics.timing("search/agent_seconds"):
             self._seed_elites(database)
@@ -387,6 +389,8 @@ class HarlSearchStrategy(PySearchStrategy):
             self.metrics.record(f"tile/trajectory_length_{sketch_id}", tuner.trajectory_length)
             self.metrics.record(f"tile/fresh_share_{sketch_id}", tuner.fresh_share)
         self.metrics.record("sketch/best_ms", self.best_s * 1e3)
+        if any(sketch.thread_bounds is not None for sketch in self.sketches):
+            self.metrics.record("search/out_of_thread_bounds", self.replay.out_of_bounds)
         self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         self.trials += len(self.pending)
         self.metrics.dump(task_id=self.task_id, task_trials=self.trials)

@@ -7,9 +7,12 @@ import numpy as np
 from harl.agents.tile_tuner import State
 from harl.report.metrics import MetricsLogger
 from harl.search.location_shortcut import LocationShortcut, TailShortcut
+from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import (
     all_samples_are_sites,
     fresh_schedules,
+    on_threads,
+    replayed,
     schedule_of,
     schedules_of,
     state_of,
@@ -29,6 +32,8 @@ class SketchReplay:
                  metrics: MetricsLogger) -> None:
         self.mod, self.postprocs, self.workers = mod, list(postprocs), workers
         self.rng, self.metrics = rng, metrics
+        self.out_of_bounds = 0
+        """states and fresh samples not replayed: outside their sketch's thread bounds"""
 
     def shortcut_of(self, trace) -> LocationShortcut | None:
         """A sketch's location shortcut, where a state decides all of its samples (a
@@ -37,29 +42,58 @@ class SketchReplay:
             return None
         return LocationShortcut.of(self.mod, trace, lambda: fresh_schedules(self.mod).new(1))
 
-    def _replayed(self, plans: list) -> list:
-        """`schedules_of` the plans (traces or shortcuts), each with a seed drawn here."""
-        seeds = [int(self.rng.integers(1 << 30)) for _ in plans]
-        return schedules_of(self.mod, plans, self.postprocs, seeds, self.workers)
+    def _seeds(self, count: int) -> list[int]:
+        return [int(self.rng.integers(1 << 30)) for _ in range(count)]
+
+    def _within_bounds(self, bounds: ThreadBounds, trace, seeds: list[int]) -> list[bool]:
+        """Per seed, whether its sample of `trace` binds threads within `bounds`, judged by
+        replaying only the start of the trace that draws the bound factors (the others would
+        fail a postproc after the whole replay)."""
+        prefix = bounds.prefix_trace(trace)
+        within = on_threads(lambda seed: self._draws_within(bounds, prefix, seed), seeds,
+                            workers=self.workers)
+        self.out_of_bounds += within.count(False)
+        return within
+
+    def _draws_within(self, bounds: ThreadBounds, prefix, seed: int) -> bool:
+        try:
+            return bounds.allows(state_of(replayed(self.mod, prefix, seed).trace))
+        except Exception:  # noqa: BLE001  (a sample that cannot be drawn is just dropped)
+            return False
 
     def states(self, sketch, states: list[State | None]) -> list:
         """Schedule for each state (None: a fresh random sample), or None where illegal.
-        Decided states take the sketch's location shortcut, if it has one."""
+        Decided states take the sketch's location shortcut, if it has one; those that bind
+        threads outside the sketch's bounds are not replayed."""
+        bounds = sketch.thread_bounds
+        within = [state is None or bounds is None or bounds.allows(state) for state in states]
+        self.out_of_bounds += within.count(False)
+        seeds = self._seeds(len(states))  # drawn for all: the skipped change no other's seed
+        todo = [i for i, ok in enumerate(within) if ok]
         with self.metrics.stage_timing("search/replay_seconds"):
-            plans = [with_state(sketch.trace, state) for state in states]
+            plans = [with_state(sketch.trace, states[i]) for i in todo]
             if sketch.shortcut is not None:
-                plans = [plan if state is None else sketch.shortcut.plan(plan)
-                         for plan, state in zip(plans, states, strict=True)]
-            return self._replayed(plans)
+                plans = [plan if states[i] is None else sketch.shortcut.plan(plan)
+                         for plan, i in zip(plans, todo, strict=True)]
+            made = schedules_of(self.mod, plans, self.postprocs, [seeds[i] for i in todo],
+                                self.workers)
+        schedules = iter(made)
+        return [next(schedules) if ok else None for ok in within]
 
     def fresh(self, sketch, count: int) -> list[tuple[State, object]]:
         """`count` fresh samples of a sketch, with their states (illegal ones left out); the
-        sketch's location shortcut samples them where it applies."""
+        sketch's location shortcut samples them where it applies. Samples outside the sketch's
+        thread bounds are not replayed beyond the instructions that draw them."""
         with self.metrics.stage_timing("search/replay_seconds"):
             trace = with_state(sketch.trace, None)
             plans = [trace if sketch.shortcut is None else sketch.shortcut.sample_plan(trace)
                      for _ in range(count)]
-            schedules = self._replayed(plans)
+            seeds = self._seeds(count)
+            if sketch.thread_bounds is not None:
+                within = self._within_bounds(sketch.thread_bounds, trace, seeds)
+                plans = [plan for plan, ok in zip(plans, within, strict=True) if ok]
+                seeds = [seed for seed, ok in zip(seeds, within, strict=True) if ok]
+            schedules = schedules_of(self.mod, plans, self.postprocs, seeds, self.workers)
         drawn = []
         for plan, sch in zip(plans, schedules, strict=True):
             if sch is None:

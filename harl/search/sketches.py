@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from harl.agents.tile_tuner import State, TileTuner
 from harl.frontend.tasks import task_flop
 from harl.search.location_shortcut import LocationShortcut
+from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import serial_variant
 
 
@@ -33,3 +34,5 @@ class Sketch:
     pool (a fused chain of many blocks may take 50 ms to replay)"""
     serial: bool = False
     """a serial variant of one of TVM's sketches (see `HarlSearchConfig.serial_max_flop`)"""
+    thread_bounds: ThreadBounds | None = None
+    """the thread extents a GPU sketch allows, judged from a state before it is replayed"""

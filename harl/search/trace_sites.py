@@ -204,7 +204,13 @@ def schedules_of(mod, traces, postprocs, seeds, workers: int = 1) -> list:
     traces, seeds = list(traces), list(seeds)
     if len(traces) != len(seeds):
         raise ValueError(f"{len(traces)} traces but {len(seeds)} seeds")
-    if workers <= 1 or len(traces) <= 1:
-        return [schedule_of(mod, t, postprocs, s) for t, s in zip(traces, seeds, strict=True)]
-    return list(_thread_pool(workers).map(lambda t, s: schedule_of(mod, t, postprocs, s),
-                                          traces, seeds))
+    return on_threads(lambda t, s: schedule_of(mod, t, postprocs, s), traces, seeds,
+                      workers=workers)
+
+
+def on_threads(work, *columns, workers: int = 1) -> list:
+    """`work` on each row of the columns, on up to `workers` threads, results in order (TVM's
+    schedule calls release the GIL)."""
+    if workers <= 1 or len(columns[0]) <= 1:
+        return list(map(work, *columns))
+    return list(_thread_pool(workers).map(work, *columns))
