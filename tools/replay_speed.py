@@ -1,12 +1,15 @@
 """How fast harl's search replays traces and extracts features, on one thread and on several.
 
     python tools/replay_speed.py MODEL.onnx [--task 0] [--samples 128] [--threads 2]
+        [--target cuda]
 
 Draws `--samples` random schedules of the task's first sketch (the task with the most weighted
 FLOPs by default), each from its own seed, serially and on `--threads` threads, and checks that
 both give the same schedules; then times `PerStoreFeature` on them with 1 and `--threads`
 threads. This is the work behind each state harl's search scores (`schedules_of` in
-harl/search/trace_sites.py).
+harl/search/trace_sites.py). Where the sketch has thread bounds (GPU targets; no GPU is needed
+to make schedules), harl's fresh samples are also drawn with and without them, to show they
+skip work and change no schedule.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -23,6 +28,9 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
+from harl.report.metrics import MetricsLogger
+from harl.search.sketch_replay import SketchReplay
+from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import schedules_of, with_state
 from harl.target import local_cpu_count, parse_target
 from harl.tvm_env import load_tensor_intrinsics
@@ -46,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", type=int, default=0, help="index, largest weighted FLOPs first")
     parser.add_argument("--samples", type=int, default=128)
     parser.add_argument("--threads", type=int, default=local_cpu_count())
+    parser.add_argument("--target", default="llvm", help="harl.tune --target")
     args = parser.parse_args(argv)
 
-    target = parse_target("llvm")
+    target = parse_target(args.target)
     load_tensor_intrinsics(target)
     task = extract_tasks(import_to_relax(load_onnx(args.model)), target)[args.task]
 
@@ -77,7 +86,28 @@ def main(argv: list[str] | None = None) -> int:
         _, many_s = timed(lambda: extractor.extract_from(wide, candidates))
         print(f"features: {one_s:.2f} s on 1 thread, {many_s:.2f} s on {args.threads} "
               f"({one_s / many_s:.2f}x)")
+    bounds = ThreadBounds.of(sketch)
+    if bounds is not None:
+        same = same and thread_bounds_speed(task.mod, sketch, bounds, postprocs, args)
     return 0 if same else 1
+
+
+def thread_bounds_speed(mod, sketch, bounds, postprocs, args) -> bool:
+    """harl's fresh samples of `sketch` drawn with and without its thread bounds: prints both
+    times; whether they are the same schedules."""
+    drawn, seconds = [], []
+    for sketch_bounds in (None, bounds):
+        replay = SketchReplay(mod, postprocs, args.threads, np.random.default_rng(0),
+                              MetricsLogger())
+        plan = SimpleNamespace(trace=sketch, shortcut=replay.shortcut_of(sketch),
+                               thread_bounds=sketch_bounds)
+        samples, took = timed(lambda: replay.fresh(plan, args.samples))  # noqa: B023
+        drawn.append(program_hashes([sch for _, sch in samples]))
+        seconds.append(took)
+    print(f"harl's fresh samples: {len(drawn[0])} of {args.samples} legal; {seconds[0]:.2f} s, "
+          f"{seconds[1]:.2f} s skipping the {replay.out_of_bounds} outside the thread bounds "
+          f"({seconds[0] / seconds[1]:.2f}x); the same schedules: {drawn[0] == drawn[1]}")
+    return drawn[0] == drawn[1]
 
 
 if __name__ == "__main__":
