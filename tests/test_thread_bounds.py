@@ -1,6 +1,7 @@
 """A GPU sketch's thread bounds, judged from a state before replaying it (no GPU needed: only
 the schedules are made)."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 import tvm_ffi
 from conftest import conv2d_module
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import Instruction, Trace
 
 from harl.report.metrics import MetricsLogger
 from harl.search.sketch_replay import SketchReplay
@@ -37,15 +39,19 @@ def cuda_sketch():
 
 
 def replay(context, trace, seed: int):
-    """The schedule before the postprocs, and whether they accept it."""
+    """The state drawn, the extent of the loop bound to threadIdx.x before the postprocs, and
+    whether they accept the schedule."""
     sch = fresh_schedules(context.mod).new(seed)
     trace.apply_to_schedule(sch, remove_postproc=True)
     before = state_of(sch.trace)
+    extents = re.findall(r'T.thread_binding\((?:T.int64\()?(\d+)\)?, thread="threadIdx.x"\)',
+                         sch.mod.script())
+    assert len(extents) == 1
     try:
         accepted = all(p.apply(sch) for p in context.space_generator.postprocs)
     except Exception:  # noqa: BLE001
         accepted = False
-    return before, accepted
+    return before, int(extents[0]), accepted
 
 
 def test_the_bounds_reject_exactly_the_samples_binding_too_few_or_too_many_threads(cuda_sketch):
@@ -56,9 +62,8 @@ def test_the_bounds_reject_exactly_the_samples_binding_too_few_or_too_many_threa
     assert (bound.low, bound.high) == (32, 1024)  # MetaSchedule's defaults for CUDA
     verdicts = {"within": 0, "outside": 0}
     for seed in range(1, 41):
-        state, accepted = replay(context, with_state(trace, None), seed)
-        extent = int(np.prod([state[site][level] for site, level in bound.factors]))
-        assert bounds.allows(state) == (32 <= extent <= 1024)
+        state, extent, accepted = replay(context, with_state(trace, None), seed)
+        assert bounds.allows(state) == (32 <= extent <= 1024)  # the extent TVM bound
         if not bounds.allows(state):
             assert not accepted  # a postproc would have rejected it after the whole replay
         verdicts["within" if bounds.allows(state) else "outside"] += 1
@@ -73,7 +78,7 @@ def test_the_start_of_the_trace_draws_the_bound_factors_as_the_whole_trace(cuda_
     for seed in range(1, 11):
         start = fresh_schedules(context.mod).new(seed)
         bounds.prefix_trace(trace).apply_to_schedule(start, remove_postproc=True)
-        whole, _ = replay(context, with_state(trace, None), seed)
+        whole, _, _ = replay(context, with_state(trace, None), seed)
         drawn = state_of(start.trace)
         assert all(drawn[site] == whole[site] for site in sites)
 
@@ -81,6 +86,22 @@ def test_the_start_of_the_trace_draws_the_bound_factors_as_the_whole_trace(cuda_
 def test_cpu_sketches_have_no_thread_bounds():
     _, trace = design_space("llvm")
     assert ThreadBounds.of(trace) is None
+
+
+@pytest.mark.parametrize("extra", ["warp_execution", "threadIdx.y"])
+def test_blocks_whose_threads_are_counted_otherwise_have_no_bounds(cuda_sketch, extra):
+    # TVM counts threadIdx.x, .y and .z together, and a warp for x under warp execution (the
+    # tensor-core rules): the bound loop's extent is then not the block's thread count
+    _, trace = cuda_sketch
+    insts = list(trace.insts)
+    bind = next(inst for inst in insts if inst.kind.name == "Bind"
+                and str(inst.attrs[0]) == "threadIdx.x")
+    annotate = next(inst for inst in insts if inst.kind.name == "Annotate")
+    if extra == "warp_execution":
+        added = Instruction(annotate.kind, list(annotate.inputs), ["warp_execution"], [])
+    else:
+        added = Instruction(bind.kind, list(bind.inputs), ["threadIdx.y"], [])
+    assert ThreadBounds.of(Trace([*insts, added], dict(trace.decisions))) is None
 
 
 def test_replay_skips_what_is_out_of_bounds_and_keeps_every_schedule_it_made_before(
@@ -107,6 +128,20 @@ def test_replay_skips_what_is_out_of_bounds_and_keeps_every_schedule_it_made_bef
     replay_ = SketchReplay(context.mod, postprocs, 1, np.random.default_rng(0), MetricsLogger())
     assert replay_.states(sketch, [tuple(state)]) == [None]
     assert replay_.out_of_bounds == 1
+
+    # a mix: each state gets the schedule (or None) it got without the bounds
+    inside = [s for s, _ in SketchReplay(context.mod, postprocs, 1, np.random.default_rng(5),
+                                         MetricsLogger()).fresh(sketch, 8)][:2]
+    mixed = [inside[0], tuple(state), None, inside[-1]]
+    made = {}
+    for sketch_bounds in (None, bounds):
+        plan = SimpleNamespace(trace=trace, shortcut=None, thread_bounds=sketch_bounds)
+        replay_ = SketchReplay(context.mod, postprocs, 2, np.random.default_rng(7),
+                               MetricsLogger())
+        made[sketch_bounds is None] = [None if sch is None else tvm_ffi.structural_hash(sch.mod)
+                                       for sch in replay_.states(plan, mixed)]
+    assert made[True] == made[False]
+    assert made[False][1] is None and None not in (made[False][0], made[False][3])
 
 
 def test_the_search_proposes_the_same_cuda_candidates_and_replays_fewer(monkeypatch,

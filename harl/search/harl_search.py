@@ -389,7 +389,7 @@ class HarlSearchStrategy(PySearchStrategy):
             self.metrics.record(f"tile/trajectory_length_{sketch_id}", tuner.trajectory_length)
             self.metrics.record(f"tile/fresh_share_{sketch_id}", tuner.fresh_share)
         self.metrics.record("sketch/best_ms", self.best_s * 1e3)
-        if any(sketch.thread_bounds is not None for sketch in self.sketches):
+        if any(sketch.thread_bounds is not None for sketch in self.sketches):  # task's total
             self.metrics.record("search/out_of_thread_bounds", self.replay.out_of_bounds)
         self.metrics.add("search/agent_seconds", time.perf_counter() - start)
         self.trials += len(self.pending)

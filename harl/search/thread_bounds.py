@@ -19,6 +19,7 @@ from tvm.s_tir.schedule import Trace
 from harl.agents.tile_tuner import State
 from harl.search.trace_sites import tunable_insts
 
+WARP_KEY = "warp_execution"
 LOW_KEY = "meta_schedule.thread_extent_low_inclusive"
 HIGH_KEY = "meta_schedule.thread_extent_high_inclusive"
 
@@ -47,32 +48,13 @@ class ThreadBounds:
 
     @staticmethod
     def of(trace) -> ThreadBounds | None:
-        """The bounds of `trace`'s threadIdx loops whose extents its tile decisions set and whose
-        block is annotated with the extents allowed; None where it has none (CPU sketches)."""
-        producer: dict = {}  # random variable -> (instruction index, output position)
-        for index, inst in enumerate(trace.insts):
-            for position, output in enumerate(inst.outputs):
-                producer[output] = (index, position)
-        sites = {}  # instruction index -> site index
-        tunables = tunable_insts(trace)
-        for index, inst in enumerate(trace.insts):
-            for site_index, tunable in enumerate(tunables):
-                if inst.same_as(tunable):
-                    sites[index] = site_index
-        bounds, prefix = [], 0
-        for inst in trace.insts:
-            if inst.kind.name != "Bind" or not str(inst.attrs[0]).startswith("threadIdx"):
-                continue
-            found = _bound_factors(trace.insts, producer, sites, inst.inputs[0])
-            if found is None:
-                continue
-            factors, block, last = found
-            low, high = (_annotation(trace.insts, block, key) for key in (LOW_KEY, HIGH_KEY))
-            if low is None or high is None:
-                continue
-            bounds.append(ThreadBound(factors, low, high))
-            prefix = max(prefix, last + 1)
-        return ThreadBounds(tuple(bounds), prefix) if bounds else None
+        """The bounds of `trace`'s threadIdx.x loops whose extents its tile decisions set and
+        whose block is annotated with the extents allowed; None where it has none (CPU sketches)
+        or binds threads another way."""
+        try:
+            return _bounds_of(trace)
+        except Exception:  # noqa: BLE001  (a trace of an unforeseen form: replayed in full)
+            return None
 
     def allows(self, state: State) -> bool:
         """Whether `state` (all of a trace's sites, or the first ones a prefix draws) binds
@@ -83,6 +65,45 @@ class ThreadBounds:
         """The start of `trace` that draws every factor of the bounds, undecided: replayed with
         a seed, it draws them as the whole trace would with that seed."""
         return Trace(list(trace.insts)[: self.prefix], {})
+
+
+def _bounds_of(trace) -> ThreadBounds | None:
+    """See `ThreadBounds.of`.
+
+    TVM's check multiplies the threadIdx.x, .y and .z extents around a block, and counts x as a
+    warp in a block annotated for warp execution (the tensor-core rules bind warps to
+    threadIdx.y): the bound loop's extent is the block's thread count only where it is the one
+    threadIdx loop, bound to x, and no block executes by warps."""
+    for inst in trace.insts:
+        if inst.kind.name == "Annotate" and str(inst.attrs[0]) == WARP_KEY:
+            return None
+        if (inst.kind.name == "Bind" and str(inst.attrs[0]).startswith("threadIdx")
+                and str(inst.attrs[0]) != "threadIdx.x"):
+            return None
+    producer: dict = {}  # random variable -> (instruction index, output position)
+    for index, inst in enumerate(trace.insts):
+        for position, output in enumerate(inst.outputs):
+            producer[output] = (index, position)
+    sites = {}  # instruction index -> site index
+    tunables = tunable_insts(trace)
+    for index, inst in enumerate(trace.insts):
+        for site_index, tunable in enumerate(tunables):
+            if inst.same_as(tunable):
+                sites[index] = site_index
+    bounds, prefix = [], 0
+    for inst in trace.insts:
+        if inst.kind.name != "Bind" or str(inst.attrs[0]) != "threadIdx.x":
+            continue
+        found = _bound_factors(trace.insts, producer, sites, inst.inputs[0])
+        if found is None:
+            continue
+        factors, block, last = found
+        low, high = (_annotation(trace.insts, block, key) for key in (LOW_KEY, HIGH_KEY))
+        if low is None or high is None:
+            continue
+        bounds.append(ThreadBound(factors, low, high))
+        prefix = max(prefix, last + 1)
+    return ThreadBounds(tuple(bounds), prefix) if bounds else None
 
 
 def _bound_factors(insts, producer, sites, loop):
