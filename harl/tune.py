@@ -18,6 +18,7 @@ from harl.evaluate import (
     latencies_within_ms,
     verify_tuned,
 )
+from harl.frontend.lowering import describe_lowered
 from harl.frontend.onnx_model import IMPORTED_MODEL_FILE, OnnxModel, import_model, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
@@ -100,8 +101,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         rewrites.append("it computes some tensor shapes in its graph: they are folded by "
                         "onnxruntime")
     if imported.ops_lowered:
-        rewrites.append(f"TVM's importer lacks {', '.join(imported.ops_lowered)}: rewritten "
-                        "into operators it has")
+        rewrites.append(describe_lowered(imported.ops_lowered))
     if rewrites:
         saved = save_imported(imported, work_dir / IMPORTED_MODEL_FILE)
         say(f"harl: {model.name}: {'; '.join(rewrites)} ({saved})")

@@ -189,3 +189,50 @@ def test_conv_integer_becomes_an_exact_int32_conv(tmp_path, per_channel_zero):
     if not per_channel_zero:
         [reference] = ort.InferenceSession(path.read_bytes()).run(None, x)
         np.testing.assert_array_equal(actual, reference)
+
+
+def residual_sum_model(path, op: str, opset: int = 17):
+    """A conv whose output `op` (Sum or Mean) joins with the input and a broadcast bias, then
+    a relu: as Caffe2's ResNet exports write a residual add."""
+    rng = np.random.default_rng(4)
+    weight = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype("float32"), "w")
+    bias = numpy_helper.from_array(rng.standard_normal((4, 1, 1)).astype("float32"), "b")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["conv"], pads=[1] * 4),
+             helper.make_node(op, ["conv", "x", "b"], ["joined"]),
+             helper.make_node("Relu", ["joined"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [weight, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("op", ["Sum", "Mean"])
+def test_sum_and_mean_become_adds_that_fuse_into_the_conv(tmp_path, op):
+    from harl.frontend.tasks import extract_tasks
+
+    model = load_onnx(residual_sum_model(tmp_path / f"{op}.onnx", op))
+    assert lowerable_ops(model.proto) == [op]
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == (op,)
+    assert op not in {node.op_type for node in imported.proto.graph.node}
+    target = parse_target("llvm")
+    assert_matches_onnxruntime(mod, model, target, rtol=1e-5, atol=1e-5)
+    # Imported as TVM does it, the join is a stack and a reduction: a task of its own.
+    names = [task.name for task in extract_tasks(mod, target)]
+    assert len(names) == 1 and "conv2d" in names[0], names
+    assert not any("stack" in name for name in names)
+
+
+def test_a_sum_of_one_input_is_that_input(tmp_path):
+    path = save_model(
+        tmp_path / "sum1.onnx", [helper.make_node("Sum", ["x"], ["s"]),
+                                 helper.make_node("Relu", ["s"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = load_onnx(path)
+    imported, mod = import_model(model)
+    assert [node.op_type for node in imported.proto.graph.node] == ["Identity", "Relu"]
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=0, atol=0)

@@ -1,10 +1,14 @@
-"""ONNX operators TVM's Relax importer lacks, rewritten into ones it has, before the import.
+"""ONNX operators TVM's Relax importer lacks or imports poorly, rewritten before the import.
 
 - RNN, GRU and LSTM are unrolled over their sequence, whose length the fixed input shapes give:
   the input projection of every step is one MatMul per gate, and each step one MatMul of the
   hidden state by all its gates' weights (`harl.frontend.recurrent`).
 - ConvInteger becomes a Conv in int32 of its operands minus their zero points: exact, since
   the sums are integers.
+- Sum and Mean of two or more inputs become pairwise Adds (Mean then divides by the count).
+  TVM's importer stacks the inputs into a new tensor and reduces over it: a task of its own
+  that copies every input, where an Add fuses into the op before it (ResNet's residual adds are
+  Sums in Caffe2's exports, and tf2onnx writes TensorFlow's AddN as one).
 
 The rewritten graph is what harl tunes and builds; verification still runs the original model
 in onnxruntime, so a lowering that computed something else would fail the check.
@@ -19,16 +23,35 @@ import numpy as np
 from harl.frontend.graph_writer import GraphWriter, node_attrs, node_input, tensor_shapes
 from harl.frontend.recurrent import lower_recurrent
 
-_ALL_OPS = ("RNN", "GRU", "LSTM", "ConvInteger")
+_MISSING_OPS = ("RNN", "GRU", "LSTM", "ConvInteger")
+"""operators harl rewrites where TVM's importer lacks them"""
+_UNFUSED_OPS = ("Mean", "Sum")
+"""operators TVM's importer builds as a stack of the inputs and a reduction (see above)"""
 
 
 def lowerable_ops(proto) -> list[str]:
-    """Operator types of `proto`'s graph that TVM's importer lacks and harl rewrites."""
+    """Operator types of `proto`'s graph that harl rewrites: those TVM's importer lacks, and
+    those it imports as a stack and a reduction."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = _get_convert_map()
     present = {node.op_type for node in proto.graph.node if node.domain in ("", "ai.onnx")}
-    return sorted(op for op in _ALL_OPS if op in present and op not in supported)
+    return sorted(op for op in present
+                  if (op in _MISSING_OPS and op not in supported) or op in _UNFUSED_OPS)
+
+
+def describe_lowered(ops) -> str:
+    """What the rewrite of `ops` (from `lowerable_ops`) did, for the run's output."""
+    missing = [op for op in ops if op in _MISSING_OPS]
+    unfused = [op for op in ops if op in _UNFUSED_OPS]
+    parts = []
+    if missing:
+        parts.append(f"TVM's importer lacks {', '.join(missing)}: rewritten into operators "
+                     "it has")
+    if unfused:
+        parts.append(f"{' and '.join(unfused)} rewritten as pairwise Adds, which fuse into the "
+                     "op before them (TVM's importer stacks the inputs and reduces)")
+    return "; ".join(parts)
 
 
 def lower_ops(proto, ops: list[str], input_shapes: dict[str, tuple[int, ...]], where: str):
@@ -80,5 +103,32 @@ def _lower_conv_integer(graph: GraphWriter, node) -> None:
     graph.op("Conv", shifted, output=node.output[0], **node_attrs(node))
 
 
+def _lower_sum(graph: GraphWriter, node) -> None:
+    """Sum(x0, x1, ...) = Add(Add(x0, x1), ...); one input: Identity. The Adds broadcast as
+    Sum does (from opset 8; before, Sum's inputs have one shape)."""
+    inputs = list(node.input)
+    if len(inputs) == 1:
+        graph.op("Identity", inputs, output=node.output[0])
+        return
+    total = inputs[0]
+    for i, addend in enumerate(inputs[1:], start=2):
+        total = graph.op("Add", [total, addend],
+                         output=node.output[0] if i == len(inputs) else None)
+
+
+def _lower_mean(graph: GraphWriter, node) -> None:
+    """Mean(x0, ..., xn-1) = Sum(x0, ..., xn-1) / n, in the inputs' type."""
+    if len(node.input) == 1 or not graph.elem_type(node.input[0]):  # type unknown: leave it
+        graph.op(node.op_type if len(node.input) > 1 else "Identity", list(node.input),
+                 output=node.output[0])
+        return
+    total = node.input[0]
+    for addend in node.input[1:]:
+        total = graph.op("Add", [total, addend])
+    count = graph.const(len(node.input), graph.np_type(node.input[0]), "count")
+    graph.op("Div", [total, count], output=node.output[0])
+
+
 _LOWERINGS: dict[str, Callable] = {"RNN": lower_recurrent, "GRU": lower_recurrent,
-                                   "LSTM": lower_recurrent, "ConvInteger": _lower_conv_integer}
+                                   "LSTM": lower_recurrent, "ConvInteger": _lower_conv_integer,
+                                   "Sum": _lower_sum, "Mean": _lower_mean}

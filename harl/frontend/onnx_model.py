@@ -12,8 +12,8 @@ from harl.errors import HarlError
 
 IMPORTED_MODEL_FILE = "model_imported.onnx"
 """in the work dir: the graph harl tuned when it is not the model's own (shape computations
-folded, operators TVM's importer lacks rewritten; see import_model); plain TVM builds import
-this one"""
+folded, operators TVM's importer lacks or imports poorly rewritten; see import_model); plain
+TVM builds import this one"""
 _SHAPE_ARG = re.compile(r"^(?P<name>[^:]+):(?P<dims>\d+(,\d+)*)$")
 
 
@@ -38,8 +38,8 @@ class OnnxModel:
     """the graph is the original's with its run-time shape computations folded (see
     `with_shapes_folded`)"""
     ops_lowered: tuple[str, ...] = ()
-    """operator types TVM's importer lacks that were rewritten into ones it has (see
-    `with_ops_lowered`)"""
+    """operator types rewritten into others before the import: ones TVM's importer lacks, or
+    imports as a stack and a reduction (see `with_ops_lowered`)"""
 
     @property
     def name(self) -> str:
@@ -139,7 +139,8 @@ def import_model(model: OnnxModel) -> tuple[OnnxModel, object]:
     tensors it shapes get no static shape (or a symbolic one), which TVM's lowering cannot
     take, and some of its converters refuse such inputs outright. Then the graph imported is
     the model's with those computations folded (`with_shapes_folded`). Operators TVM's
-    importer lacks (recurrent layers, ConvInteger) are rewritten first (`with_ops_lowered`).
+    importer lacks (recurrent layers, ConvInteger), and Sum and Mean, which it imports as a
+    stack and a reduction, are rewritten first (`with_ops_lowered`).
     """
     lowered = with_ops_lowered(model)
     try:
@@ -168,7 +169,8 @@ class _ImportFailed(HarlError):
 
 def with_ops_lowered(model: OnnxModel) -> OnnxModel:
     """`model` with the operators TVM's importer lacks (recurrent layers, ConvInteger) rewritten
-    into ones it has (see harl.frontend.lowering); `model` itself when it has none. A recurrent
+    into ones it has, and Sum and Mean into pairwise Adds (see harl.frontend.lowering); `model`
+    itself when it has none. A recurrent
     layer whose sequence length only a run-time shape computation gives is lowered in the
     graph with those computations folded."""
     from harl.frontend.graph_writer import ShapeUnknown
