@@ -19,7 +19,13 @@ from harl.evaluate import (
     verify_tuned,
 )
 from harl.frontend.lowering import describe_lowered
-from harl.frontend.onnx_model import IMPORTED_MODEL_FILE, OnnxModel, import_model, load_onnx
+from harl.frontend.onnx_model import (
+    IMPORTED_MODEL_FILE,
+    OnnxModel,
+    import_model,
+    load_onnx,
+    set_input_shapes,
+)
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
 from harl.measure.threads import use_physical_cores
@@ -55,12 +61,15 @@ def resume_state(work_dir: Path, tasks) -> LoopResume:
 
 
 def save_imported(model: OnnxModel, path: Path) -> str:
-    """Save the graph harl imported (folded, rewritten) for plain TVM builds; says where, or
-    why it could not."""
+    """Save the graph harl imported (folded, rewritten, its input shapes fixed) for plain TVM
+    builds; says where, or why it could not."""
     import onnx
 
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    set_input_shapes(proto, {spec.name: spec.shape for spec in model.inputs})
     try:  # past 2 GB a protobuf cannot hold the weights: they go to a file beside it
-        onnx.save(model.proto, str(path), save_as_external_data=model.proto.ByteSize() > 2**31 - 1)
+        onnx.save(proto, str(path), save_as_external_data=proto.ByteSize() > 2**31 - 1)
     except (OSError, ValueError) as err:
         return f"not saved: {err}"
     return f"saved as {path}: the graph to import for plain TVM builds with this log"
@@ -76,6 +85,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
     # 1. Model, target, and the work dir's earlier run if any
     runtime_threads, threads_set = use_physical_cores()  # before any kernel runs here
     model = load_onnx(config.model, config.input_shapes)
+    if model.assumed_dims:
+        first = next(spec for spec in model.inputs if model.assumed_dims[0].startswith(
+            f"{spec.name}[0]"))
+        say(f"harl: {model.name}: batch dim {', '.join(model.assumed_dims)} is symbolic: tuned "
+            f"for 1 (--input-shape {first.name}:{','.join(map(str, first.shape))} with another "
+            "size to choose)")
     target = parse_target(config.target)
     if is_gpu(target) and config.rpc is not None:
         say(f"harl: kernels are built for {target.attrs.get('arch', '?')}"
@@ -102,6 +117,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
                         "onnxruntime")
     if imported.ops_lowered:
         rewrites.append(describe_lowered(imported.ops_lowered))
+    if config.input_shapes or model.assumed_dims:  # plain TVM imports static shapes only
+        rewrites.append("its input shapes are fixed")
     if rewrites:
         saved = save_imported(imported, work_dir / IMPORTED_MODEL_FILE)
         say(f"harl: {model.name}: {'; '.join(rewrites)} ({saved})")

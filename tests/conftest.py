@@ -93,8 +93,9 @@ def tiny_matmul(tmp_path) -> Path:
     )
 
 
-def save_conv_bn_model(path: Path, conv_bias: bool = False, dtype: str = "float32") -> Path:
-    """y = relu(batch_norm(conv3x3(x))), x: [1, 8, 16, 16], 16 output channels."""
+def save_conv_bn_model(path: Path, conv_bias: bool = False, dtype: str = "float32",
+                       batch: int | str = 1) -> Path:
+    """y = relu(batch_norm(conv3x3(x))), x: [batch, 8, 16, 16], 16 output channels."""
     elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     rng = np.random.default_rng(0)
     channels = 16
@@ -114,8 +115,8 @@ def save_conv_bn_model(path: Path, conv_bias: bool = False, dtype: str = "float3
                           pads=[1, 1, 1, 1]),
          helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["b"]),
          helper.make_node("Relu", ["b"], ["y"])],
-        [helper.make_tensor_value_info("x", elem_type, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", elem_type, [1, channels, 16, 16])],
+        [helper.make_tensor_value_info("x", elem_type, [batch, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", elem_type, [batch, channels, 16, 16])],
         [numpy_helper.from_array(value.astype(dtype), name)
          for name, value in tensors.items()],
     )

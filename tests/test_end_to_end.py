@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import onnx
 import pytest
 from conftest import (
     EXAMPLES,
@@ -231,15 +232,21 @@ def test_where_tvm_itself_disagrees_with_onnxruntime_tuning_is_checked_against_u
     assert usual.untuned_max_abs_err is None
 
 
-def test_plain_tvm_reuses_the_log_of_a_model_with_batch_norm(conv_bn_model, tmp_path):
+def test_a_symbolic_batch_is_tuned_as_1_and_plain_tvm_reuses_the_log_with_batch_norm(tmp_path):
     # harl fuses each batch norm into its conv (TVM's DecomposeOpsForInference); the log's
-    # workload is that fused function, which plain TVM finds after the same passes.
+    # workload is that fused function, which plain TVM finds after the same passes. The
+    # model's batch is symbolic: harl says it takes 1, and saves the graph with that shape.
+    model = save_conv_bn_model(tmp_path / "conv_bn.onnx", batch="N")
     work_dir = tmp_path / "run"
-    proc = harl_tune(conv_bn_model, "--trials", 2, "--work-dir", work_dir)
+    proc = harl_tune(model, "--trials", 2, "--work-dir", work_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "batch dim x[0] 'N' is symbolic: tuned for 1 (--input-shape x:1,8,16,16" in proc.stdout
     assert "verified                 true" in proc.stdout
+    imported = work_dir / "model_imported.onnx"
+    dims = onnx.load(str(imported)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_value for d in dims] == [1, 8, 16, 16]
     tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
-                           str(conv_bn_model), str(work_dir)],
+                           str(imported), str(work_dir)],
                           capture_output=True, text=True, timeout=300)
     assert tool.returncode == 0, tool.stdout + tool.stderr
     assert "tuned functions applied: 1/1" in tool.stdout

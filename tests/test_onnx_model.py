@@ -61,11 +61,35 @@ def test_truncated_onnx(tiny_matmul, tmp_path):
         load_onnx(path)
 
 
-def test_symbolic_dims_need_input_shape(symbolic_model):
-    with pytest.raises(HarlError, match=r"--input-shape x:1,4"):
-        load_onnx(symbolic_model)
+def test_a_symbolic_batch_is_taken_as_1_unless_input_shape_fixes_it(symbolic_model):
+    model = load_onnx(symbolic_model)
+    assert model.inputs[0].shape == (1, 4) and model.assumed_dims == ("x[0] 'batch'",)
     model = load_onnx(symbolic_model, {"x": (3, 4)})
-    assert model.inputs[0].shape == (3, 4)
+    assert model.inputs[0].shape == (3, 4) and model.assumed_dims == ()
+
+
+def test_other_symbolic_dims_need_input_shape_and_shared_names_follow_it(tmp_path):
+    path = save_model(
+        tmp_path / "masked.onnx", [helper.make_node("Mul", ["x", "mask"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4]),
+         helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["batch", "seq", 1]),
+         helper.make_tensor_value_info("ids", TensorProto.INT64, ["seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])])
+    with pytest.raises(HarlError, match=r"'x' has symbolic dims \['batch', 'seq', 4\]; fix "
+                                        r"them with --input-shape x:1,1,4$"):
+        load_onnx(path)
+    model = load_onnx(path, {"x": (2, 7, 4)})  # the mask and the ids share its names
+    assert [spec.shape for spec in model.inputs] == [(2, 7, 4), (2, 7, 1), (7,)]
+    assert model.assumed_dims == ()
+    model = load_onnx(path, {"ids": (5,)})  # the batch is still taken as 1, and said so
+    assert [spec.shape for spec in model.inputs] == [(1, 5, 4), (1, 5, 1), (5,)]
+    assert model.assumed_dims == ("x[0] 'batch'",)  # one name, said once
+    unnamed = save_model(
+        tmp_path / "unnamed.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
+    model = load_onnx(unnamed)
+    assert model.inputs[0].shape == (1, 3) and model.assumed_dims == ("x[0]",)
 
 
 def test_input_shape_for_unknown_input_or_wrong_rank(symbolic_model):

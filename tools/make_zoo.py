@@ -3,10 +3,10 @@
     python tools/make_zoo.py --out logs/zoo
     for m in logs/zoo/*.onnx; do
         python -m harl.tune $m --trials 16 --work-dir logs/zoo/runs/$(basename $m .onnx)
-    done  # encoder.onnx ends at its symbolic batch: rerun it with --input-shape x:1,16,64
+    done  # encoder.onnx has a symbolic batch: tuned as 1 (--input-shape x:1,16,64 says so)
 
 A robustness sweep, not a benchmark: depthwise convs with ReLU6 and batch norms, a transformer
-encoder layer (symbolic batch: tune it with --input-shape x:1,16,64), a GRU and a two-layer
+encoder layer (symbolic batch, which harl tunes as 1), a GRU and a two-layer
 bidirectional LSTM tagger (recurrent layers TVM's importer lacks: harl unrolls them), a
 transpose conv with bilinear resize, an embedding bag, a 1-D conv net, masked attention whose
 `chunk` the exporter writes as shape arithmetic, einsum / top-k / argmax / cumsum with two

@@ -37,6 +37,9 @@ class OnnxModel:
     shapes_folded: bool = False
     """the graph is the original's with its run-time shape computations folded (see
     `with_shapes_folded`)"""
+    assumed_dims: tuple[str, ...] = ()
+    """symbolic batch dims no --input-shape fixed, taken as 1 (see `_static_inputs`), each as
+    `input[axis] 'name'`"""
     ops_lowered: tuple[str, ...] = ()
     """operator types rewritten into others before the import: ones TVM's importer lacks, or
     imports as a stack and a reduction (see `with_ops_lowered`)"""
@@ -89,12 +92,23 @@ def load_onnx(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as err:
         raise HarlError(f"{path} is not a valid ONNX model: {_first_line(err)}") from None
-    inputs = _static_inputs(proto, dict(input_shapes or {}))
+    inputs, assumed = _static_inputs(proto, dict(input_shapes or {}))
     outputs = tuple(out.name for out in proto.graph.output)
-    return OnnxModel(path=path, proto=proto, inputs=inputs, output_names=outputs)
+    return OnnxModel(path=path, proto=proto, inputs=inputs, output_names=outputs,
+                     assumed_dims=assumed)
 
 
-def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]) -> tuple[InputSpec, ...]:
+def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
+                   ) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+    """Each graph input with a static shape, and the symbolic dims taken as 1.
+
+    A shape `overrides` gives is taken as it is, and its symbolic dims' names then stand for
+    those sizes in the other inputs too (an attention mask shares `batch` and `sequence` with
+    the token ids). The leading dim of an input of rank 2 or more that is still symbolic is its
+    batch, as exporters write it (`dynamic_axes={"x": {0: "batch"}}`): it is taken as 1, with
+    its name, and said so. Any other symbolic dim is refused in one line: its size is the
+    model's, not a default's to guess.
+    """
     from onnx import helper
 
     initializer_names = {init.name for init in proto.graph.initializer}
@@ -104,25 +118,44 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]) -> tuple[InputS
         names = ", ".join(inp.name for inp in graph_inputs)
         raise HarlError(f"--input-shape names unknown input(s) {sorted(unknown)}; "
                         f"the model's inputs are: {names}")
+    declared = {}
+    for inp in graph_inputs:
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                for d in inp.type.tensor_type.shape.dim]
+        declared[inp.name] = [d if d != 0 else None for d in dims]
+    named: dict[str, int] = {}  # symbolic dim name -> size
+    for name, shape in overrides.items():
+        dims = declared[name]
+        if len(shape) != len(dims):
+            shown = [d if d is not None else "?" for d in dims]
+            raise HarlError(f"--input-shape for {name!r} has {len(shape)} dims; "
+                            f"the model's input has {len(dims)}: {shown}")
+        named.update((d, size) for d, size in zip(dims, shape, strict=True)
+                     if isinstance(d, str))
+    assumed, unnamed_batch = [], set()
+    for name, dims in declared.items():
+        lead = dims[0] if dims else 0
+        if name in overrides or len(dims) < 2 or isinstance(lead, int) or lead in named:
+            continue
+        assumed.append(f"{name}[0]" + (f" {lead!r}" if lead else ""))
+        if lead:
+            named[lead] = 1
+        else:
+            unnamed_batch.add(name)
     specs = []
     for inp in graph_inputs:
-        tensor_type = inp.type.tensor_type
-        dtype = str(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                for d in tensor_type.shape.dim]
-        if inp.name in overrides:
-            shape = overrides[inp.name]
-            if len(shape) != len(dims):
-                raise HarlError(f"--input-shape for {inp.name!r} has {len(shape)} dims; "
-                                f"the model's input has {len(dims)}: {dims}")
-        elif all(isinstance(d, int) and d > 0 for d in dims):
-            shape = tuple(dims)
-        else:
-            example = ",".join(str(d) if isinstance(d, int) and d > 0 else "1" for d in dims)
-            raise HarlError(f"input {inp.name!r} has symbolic dims {dims}; fix them with "
+        dtype = str(helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type))
+        dims = [named.get(d, d) if isinstance(d, str) else d for d in declared[inp.name]]
+        if inp.name in unnamed_batch:
+            dims[0] = 1
+        shape = overrides.get(inp.name)
+        if shape is None and not all(isinstance(d, int) for d in dims):
+            shown = [d if d is not None else "?" for d in declared[inp.name]]
+            example = ",".join(str(d) if isinstance(d, int) else "1" for d in dims)
+            raise HarlError(f"input {inp.name!r} has symbolic dims {shown}; fix them with "
                             f"--input-shape {inp.name}:{example}")
-        specs.append(InputSpec(inp.name, tuple(shape), dtype))
-    return tuple(specs)
+        specs.append(InputSpec(inp.name, tuple(shape or dims), dtype))
+    return tuple(specs), tuple(assumed)
 
 
 def import_to_relax(model: OnnxModel):
@@ -258,7 +291,7 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
         except Exception as err:  # noqa: BLE001  (onnxruntime raises its own kinds)
             raise HarlError(f"{model.path}: some tensor shapes are computed at run time, and "
                             f"onnxruntime could not fold them: {_first_line(err)}") from None
-    return OnnxModel(model.path, folded, model.inputs, model.output_names, shapes_folded=True)
+    return replace(model, proto=folded, shapes_folded=True)
 
 
 def set_input_shapes(proto, shapes: dict[str, tuple[int, ...]]) -> None:
