@@ -2,7 +2,7 @@
 
 A task without a measured record compiles to TVM's naive loop nest (one thread, no vectors);
 with a budget short of the task count (DenseNet-121 has 191 tasks) those tasks dominate the
-model's latency. Each gets instead the best of a few random samples of its design space as a
+model's latency. Each gets instead the best of 64 random samples of its design space as a
 cost model ranks them (the run's once it has learned, or the cost-model prior where it applies):
 a random sample alone is often slower than the naive nest (ResNet-50 at 40 trials: 1111 ms
 against 831; the model's picks 642). They live in an in-memory database used for this compile
@@ -19,8 +19,11 @@ from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedules_of, with_state
 from harl.target import local_cpu_count
 
-SAMPLES_PER_TASK = 16
-"""random samples of a task's design space the cost model chooses among"""
+SAMPLES_PER_TASK = 64
+"""random samples of a task's design space the cost model chooses among: as many as the pool
+whose top a task's first measured batch is. Against 16, ResNet-50 at 24 trials (13 tasks
+picked) built 0.71x as fast, Inception-v1 at 40 (31 picked) 0.90x; 256 no faster than 64
+(docs/benchmarks.md, session 33)"""
 PREDICTED_RUN_S = 1e9
 """run time recorded for an unmeasured pick: any measured record of its workload wins over it"""
 
