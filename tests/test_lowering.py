@@ -1,5 +1,5 @@
-"""Operators TVM's importer lacks, rewritten into ones it has: the rewrite computes what
-onnxruntime computes for the original operator."""
+"""Operators TVM's importer lacks, rewritten into ones it has, and ones it imports poorly (Sum,
+Mean): the rewrite computes what onnxruntime computes for the original operator."""
 
 import numpy as np
 import onnx
