@@ -192,11 +192,13 @@ def test_conv_integer_becomes_an_exact_int32_conv(tmp_path, per_channel_zero):
 
 
 def residual_sum_model(path, op: str, opset: int = 17):
-    """A conv whose output `op` (Sum or Mean) joins with the input and a broadcast bias, then
-    a relu: as Caffe2's ResNet exports write a residual add."""
+    """A conv whose output `op` (Sum or Mean) joins with the input and a bias (broadcast from
+    opset 8; of the output's shape before), then a relu: as Caffe2's ResNet exports write a
+    residual add."""
     rng = np.random.default_rng(4)
     weight = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype("float32"), "w")
-    bias = numpy_helper.from_array(rng.standard_normal((4, 1, 1)).astype("float32"), "b")
+    bias_shape = (4, 1, 1) if opset >= 8 else (1, 4, 6, 6)
+    bias = numpy_helper.from_array(rng.standard_normal(bias_shape).astype("float32"), "b")
     nodes = [helper.make_node("Conv", ["x", "w"], ["conv"], pads=[1] * 4),
              helper.make_node(op, ["conv", "x", "b"], ["joined"]),
              helper.make_node("Relu", ["joined"], ["y"])]
@@ -224,6 +226,29 @@ def test_sum_and_mean_become_adds_that_fuse_into_the_conv(tmp_path, op):
     names = [task.name for task in extract_tasks(mod, target)]
     assert len(names) == 1 and "conv2d" in names[0], names
     assert not any("stack" in name for name in names)
+
+
+def test_sums_of_opsets_before_7_are_left_to_tvm(tmp_path):
+    # Add broadcasts from opset 7, and onnxruntime runs no older Add: the graph is kept.
+    model = load_onnx(residual_sum_model(tmp_path / "sum6.onnx", "Sum", opset=6))
+    assert lowerable_ops(model.proto) == []
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ()
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
+
+
+def test_a_mean_rewritten_in_an_old_ir_version_passes_onnx_checks(tmp_path):
+    # Before IR version 4 an initializer must also be a graph input: the count is a Constant.
+    path = residual_sum_model(tmp_path / "mean.onnx", "Mean")
+    proto = onnx.load(str(path))
+    proto.ir_version = 3
+    for tensor in proto.graph.initializer:
+        proto.graph.input.append(helper.make_tensor_value_info(
+            tensor.name, tensor.data_type, list(tensor.dims)))
+    onnx.save(proto, str(path))
+    lowered = with_ops_lowered(load_onnx(path))
+    assert lowered.ops_lowered == ("Mean",)
+    onnx.checker.check_model(lowered.proto)
 
 
 def test_a_sum_of_one_input_is_that_input(tmp_path):

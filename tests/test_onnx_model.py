@@ -84,12 +84,27 @@ def test_other_symbolic_dims_need_input_shape_and_shared_names_follow_it(tmp_pat
     model = load_onnx(path, {"ids": (5,)})  # the batch is still taken as 1, and said so
     assert [spec.shape for spec in model.inputs] == [(1, 5, 4), (1, 5, 1), (5,)]
     assert model.assumed_dims == ("x[0] 'batch'",)  # one name, said once
-    unnamed = save_model(
-        tmp_path / "unnamed.onnx", [helper.make_node("Relu", ["x"], ["y"])],
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
-    model = load_onnx(unnamed)
-    assert model.inputs[0].shape == (1, 3) and model.assumed_dims == ("x[0]",)
+    with pytest.raises(HarlError, match="gives dim 'batch' two sizes, 2 and 3"):
+        load_onnx(path, {"x": (2, 7, 4), "mask": (3, 7, 1)})
+    for unknown in (None, -1):  # no size, or one some converters write for unknown
+        unnamed = save_model(
+            tmp_path / "unnamed.onnx", [helper.make_node("Relu", ["x"], ["y"])],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [unknown, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [unknown, 3])])
+        model = load_onnx(unnamed)
+        assert model.inputs[0].shape == (1, 3) and model.assumed_dims == ("x[0]",)
+
+
+def test_a_leading_name_that_also_stands_inside_a_shape_is_no_batch(tmp_path):
+    path = save_model(
+        tmp_path / "swapped.onnx", [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", "k"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["k", "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "n"])])
+    with pytest.raises(HarlError, match="symbolic dims"):
+        load_onnx(path)
+    model = load_onnx(path, {"a": (2, 5)})
+    assert [spec.shape for spec in model.inputs] == [(2, 5), (5, 2)]
 
 
 def test_input_shape_for_unknown_input_or_wrong_rank(symbolic_model):

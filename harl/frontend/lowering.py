@@ -36,8 +36,11 @@ def lowerable_ops(proto) -> list[str]:
 
     supported = _get_convert_map()
     present = {node.op_type for node in proto.graph.node if node.domain in ("", "ai.onnx")}
+    # Add broadcasts from opset 7 on (onnxruntime runs no Add of an older opset)
+    adds = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1) >= 7
     return sorted(op for op in present
-                  if (op in _MISSING_OPS and op not in supported) or op in _UNFUSED_OPS)
+                  if (op in _MISSING_OPS and op not in supported)
+                  or (op in _UNFUSED_OPS and adds))
 
 
 def describe_lowered(ops) -> str:
@@ -105,7 +108,7 @@ def _lower_conv_integer(graph: GraphWriter, node) -> None:
 
 def _lower_sum(graph: GraphWriter, node) -> None:
     """Sum(x0, x1, ...) = Add(Add(x0, x1), ...); one input: Identity. The Adds broadcast as
-    Sum does (from opset 8; before, Sum's inputs have one shape)."""
+    Sum does (from opset 8; before, Sum's inputs have one shape; see `lowerable_ops`)."""
     inputs = list(node.input)
     if len(inputs) == 1:
         graph.op("Identity", inputs, output=node.output[0])
@@ -125,7 +128,12 @@ def _lower_mean(graph: GraphWriter, node) -> None:
     total = node.input[0]
     for addend in node.input[1:]:
         total = graph.op("Add", [total, addend])
-    count = graph.const(len(node.input), graph.np_type(node.input[0]), "count")
+    from onnx import numpy_helper
+
+    count = numpy_helper.from_array(np.asarray(len(node.input), graph.np_type(node.input[0])))
+    # a Constant node, not an initializer: before IR version 4 an initializer must also be a
+    # graph input, and the saved graph would fail onnx's checker
+    count = graph.op("Constant", [], "count", value=count)
     graph.op("Div", [total, count], output=node.output[0])
 
 

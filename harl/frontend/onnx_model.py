@@ -104,10 +104,11 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
 
     A shape `overrides` gives is taken as it is, and its symbolic dims' names then stand for
     those sizes in the other inputs too (an attention mask shares `batch` and `sequence` with
-    the token ids). The leading dim of an input of rank 2 or more that is still symbolic is its
-    batch, as exporters write it (`dynamic_axes={"x": {0: "batch"}}`): it is taken as 1, with
-    its name, and said so. Any other symbolic dim is refused in one line: its size is the
-    model's, not a default's to guess.
+    the token ids). The leading dim of an input of rank 2 or more that is still symbolic, and
+    whose name stands first wherever it stands, is its batch, as exporters write it
+    (`dynamic_axes={"x": {0: "batch"}}`): it is taken as 1, with its name, and said so. Any
+    other symbolic dim (an unknown size, 0 or negative, counts as one) is refused in one line:
+    its size is the model's, not a default's to guess.
     """
     from onnx import helper
 
@@ -122,7 +123,7 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
     for inp in graph_inputs:
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                 for d in inp.type.tensor_type.shape.dim]
-        declared[inp.name] = [d if d != 0 else None for d in dims]
+        declared[inp.name] = [d if not isinstance(d, int) or d > 0 else None for d in dims]
     named: dict[str, int] = {}  # symbolic dim name -> size
     for name, shape in overrides.items():
         dims = declared[name]
@@ -130,12 +131,16 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
             shown = [d if d is not None else "?" for d in dims]
             raise HarlError(f"--input-shape for {name!r} has {len(shape)} dims; "
                             f"the model's input has {len(dims)}: {shown}")
-        named.update((d, size) for d, size in zip(dims, shape, strict=True)
-                     if isinstance(d, str))
+        for dim, size in zip(dims, shape, strict=True):
+            if isinstance(dim, str) and named.setdefault(dim, size) != size:
+                raise HarlError(f"--input-shape gives dim {dim!r} two sizes, {named[dim]} and "
+                                f"{size} ({name!r})")
     assumed, unnamed_batch = [], set()
+    inner = {d for dims in declared.values() for d in dims[1:] if isinstance(d, str)}
     for name, dims in declared.items():
         lead = dims[0] if dims else 0
-        if name in overrides or len(dims) < 2 or isinstance(lead, int) or lead in named:
+        if (name in overrides or len(dims) < 2 or isinstance(lead, int) or lead in named
+                or lead in inner):  # a name found elsewhere than first is not a batch
             continue
         assumed.append(f"{name}[0]" + (f" {lead!r}" if lead else ""))
         if lead:
