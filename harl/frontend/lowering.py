@@ -36,11 +36,15 @@ def lowerable_ops(proto) -> list[str]:
 
     supported = _get_convert_map()
     present = {node.op_type for node in proto.graph.node if node.domain in ("", "ai.onnx")}
-    # Add broadcasts from opset 7 on (onnxruntime runs no Add of an older opset)
-    adds = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1) >= 7
+    adds = onnx_opset(proto) >= 7  # Add broadcasts from 7 on (onnxruntime runs no older Add)
     return sorted(op for op in present
                   if (op in _MISSING_OPS and op not in supported)
                   or (op in _UNFUSED_OPS and adds))
+
+
+def onnx_opset(proto) -> int:
+    """The version of the default ONNX domain `proto` imports."""
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def describe_lowered(ops) -> str:
@@ -65,8 +69,7 @@ def lower_ops(proto, ops: list[str], input_shapes: dict[str, tuple[int, ...]], w
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     shapes = tensor_shapes(model, input_shapes)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    graph = GraphWriter(model.graph, shapes, where, opset)
+    graph = GraphWriter(model.graph, shapes, where, onnx_opset(model))
     nodes = []
     for node in model.graph.node:
         if node.op_type in ops and node.domain in ("", "ai.onnx"):
@@ -106,35 +109,39 @@ def _lower_conv_integer(graph: GraphWriter, node) -> None:
     graph.op("Conv", shifted, output=node.output[0], **node_attrs(node))
 
 
-def _lower_sum(graph: GraphWriter, node) -> None:
-    """Sum(x0, x1, ...) = Add(Add(x0, x1), ...); one input: Identity. The Adds broadcast as
-    Sum does (from opset 8; before, Sum's inputs have one shape; see `lowerable_ops`)."""
-    inputs = list(node.input)
+def _pairwise_adds(graph: GraphWriter, inputs: list[str], output: str | None = None) -> str:
+    """Add(Add(x0, x1), ...) of `inputs`, the last Add into `output`; one input: an Identity.
+    The Adds broadcast as Sum and Mean do (from opset 8; before, their inputs have one shape;
+    see `lowerable_ops`)."""
     if len(inputs) == 1:
-        graph.op("Identity", inputs, output=node.output[0])
-        return
+        return graph.op("Identity", inputs, output=output)
     total = inputs[0]
     for i, addend in enumerate(inputs[1:], start=2):
-        total = graph.op("Add", [total, addend],
-                         output=node.output[0] if i == len(inputs) else None)
+        total = graph.op("Add", [total, addend], output=output if i == len(inputs) else None)
+    return total
+
+
+def _lower_sum(graph: GraphWriter, node) -> None:
+    """Sum(x0, x1, ...) = Add(Add(x0, x1), ...)."""
+    _pairwise_adds(graph, list(node.input), node.output[0])
 
 
 def _lower_mean(graph: GraphWriter, node) -> None:
     """Mean(x0, ..., xn-1) = Sum(x0, ..., xn-1) / n, in the inputs' type."""
-    if len(node.input) == 1 or not graph.elem_type(node.input[0]):  # type unknown: leave it
-        graph.op(node.op_type if len(node.input) > 1 else "Identity", list(node.input),
-                 output=node.output[0])
-        return
-    total = node.input[0]
-    for addend in node.input[1:]:
-        total = graph.op("Add", [total, addend])
     from onnx import numpy_helper
 
-    count = numpy_helper.from_array(np.asarray(len(node.input), graph.np_type(node.input[0])))
+    inputs = list(node.input)
+    if len(inputs) == 1:
+        _pairwise_adds(graph, inputs, node.output[0])
+        return
+    if not graph.elem_type(inputs[0]):  # type unknown: the Mean is kept whole
+        graph.op("Mean", inputs, output=node.output[0])
+        return
+    count = numpy_helper.from_array(np.asarray(len(inputs), graph.np_type(inputs[0])))
     # a Constant node, not an initializer: before IR version 4 an initializer must also be a
     # graph input, and the saved graph would fail onnx's checker
     count = graph.op("Constant", [], "count", value=count)
-    graph.op("Div", [total, count], output=node.output[0])
+    graph.op("Div", [_pairwise_adds(graph, inputs), count], output=node.output[0])
 
 
 _LOWERINGS: dict[str, Callable] = {"RNN": lower_recurrent, "GRU": lower_recurrent,
