@@ -86,9 +86,10 @@ def run(config: TuneConfig, out=None) -> RunReport:
     runtime_threads, threads_set = use_physical_cores()  # before any kernel runs here
     model = load_onnx(config.model, config.input_shapes)
     if model.assumed_dims:
-        first = next(spec for spec in model.inputs if model.assumed_dims[0].startswith(
-            f"{spec.name}[0]"))
-        say(f"harl: {model.name}: batch dim {', '.join(model.assumed_dims)} is symbolic: tuned "
+        first = next(spec for spec in model.inputs if spec.name == model.assumed_dims[0][0])
+        dims = ", ".join(f"{name}[0]" + (f" {dim!r}" if dim else "")
+                         for name, dim in model.assumed_dims)
+        say(f"harl: {model.name}: batch dim {dims} is symbolic: tuned "
             f"for 1 (--input-shape {first.name}:{','.join(map(str, first.shape))} with another "
             "size to choose)")
     target = parse_target(config.target)

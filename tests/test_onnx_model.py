@@ -63,7 +63,7 @@ def test_truncated_onnx(tiny_matmul, tmp_path):
 
 def test_a_symbolic_batch_is_taken_as_1_unless_input_shape_fixes_it(symbolic_model):
     model = load_onnx(symbolic_model)
-    assert model.inputs[0].shape == (1, 4) and model.assumed_dims == ("x[0] 'batch'",)
+    assert model.inputs[0].shape == (1, 4) and model.assumed_dims == (("x", "batch"),)
     model = load_onnx(symbolic_model, {"x": (3, 4)})
     assert model.inputs[0].shape == (3, 4) and model.assumed_dims == ()
 
@@ -83,7 +83,7 @@ def test_other_symbolic_dims_need_input_shape_and_shared_names_follow_it(tmp_pat
     assert model.assumed_dims == ()
     model = load_onnx(path, {"ids": (5,)})  # the batch is still taken as 1, and said so
     assert [spec.shape for spec in model.inputs] == [(1, 5, 4), (1, 5, 1), (5,)]
-    assert model.assumed_dims == ("x[0] 'batch'",)  # one name, said once
+    assert model.assumed_dims == (("x", "batch"),)  # one name, said once
     with pytest.raises(HarlError, match="gives dim 'batch' two sizes, 2 and 3"):
         load_onnx(path, {"x": (2, 7, 4), "mask": (3, 7, 1)})
     for unknown in (None, -1):  # no size, or one some converters write for unknown
@@ -92,7 +92,7 @@ def test_other_symbolic_dims_need_input_shape_and_shared_names_follow_it(tmp_pat
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [unknown, 3])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [unknown, 3])])
         model = load_onnx(unnamed)
-        assert model.inputs[0].shape == (1, 3) and model.assumed_dims == ("x[0]",)
+        assert model.inputs[0].shape == (1, 3) and model.assumed_dims == (("x", None),)
 
 
 def test_a_leading_name_that_also_stands_inside_a_shape_is_no_batch(tmp_path):

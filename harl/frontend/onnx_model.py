@@ -37,9 +37,9 @@ class OnnxModel:
     shapes_folded: bool = False
     """the graph is the original's with its run-time shape computations folded (see
     `with_shapes_folded`)"""
-    assumed_dims: tuple[str, ...] = ()
-    """symbolic batch dims no --input-shape fixed, taken as 1 (see `_static_inputs`), each as
-    `input[axis] 'name'`"""
+    assumed_dims: tuple[tuple[str, str | None], ...] = ()
+    """symbolic batch dims no --input-shape fixed, taken as 1 (see `_static_inputs`): (input,
+    the dim's name or None), one per name"""
     ops_lowered: tuple[str, ...] = ()
     """operator types rewritten into others before the import: ones TVM's importer lacks, or
     imports as a stack and a reduction (see `with_ops_lowered`)"""
@@ -99,7 +99,7 @@ def load_onnx(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None
 
 
 def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
-                   ) -> tuple[tuple[InputSpec, ...], tuple[str, ...]]:
+                   ) -> tuple[tuple[InputSpec, ...], tuple[tuple[str, str | None], ...]]:
     """Each graph input with a static shape, and the symbolic dims taken as 1.
 
     A shape `overrides` gives is taken as it is, and its symbolic dims' names then stand for
@@ -142,7 +142,7 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
         if (name in overrides or len(dims) < 2 or isinstance(lead, int) or lead in named
                 or lead in inner):  # a name found elsewhere than first is not a batch
             continue
-        assumed.append(f"{name}[0]" + (f" {lead!r}" if lead else ""))
+        assumed.append((name, lead))
         if lead:
             named[lead] = 1
         else:
