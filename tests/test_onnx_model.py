@@ -114,6 +114,15 @@ def test_input_shape_for_unknown_input_or_wrong_rank(symbolic_model):
         load_onnx(symbolic_model, {"x": (1, 2, 4)})
 
 
+def test_an_input_that_is_no_tensor_is_refused_in_one_line(tmp_path):
+    path = save_model(
+        tmp_path / "listed.onnx", [helper.make_node("SequenceLength", ["xs"], ["n"])],
+        [helper.make_tensor_sequence_value_info("xs", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    with pytest.raises(HarlError, match=r"input 'xs' is a sequence, not a tensor"):
+        load_onnx(path)
+
+
 def test_unsupported_operator_is_named(unsupported_op_model):
     model = load_onnx(unsupported_op_model)
     with pytest.raises(HarlError, match="Celu"):

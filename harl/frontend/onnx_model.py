@@ -121,6 +121,10 @@ def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
                         f"the model's inputs are: {names}")
     declared = {}
     for inp in graph_inputs:
+        if not inp.type.HasField("tensor_type"):
+            kind = (inp.type.WhichOneof("value") or "untyped").replace("_type", "")
+            raise HarlError(f"input {inp.name!r} is a {kind}, not a tensor; harl tunes models "
+                            "whose inputs are tensors")
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                 for d in inp.type.tensor_type.shape.dim]
         declared[inp.name] = [d if not isinstance(d, int) or d > 0 else None for d in dims]
