@@ -261,3 +261,52 @@ def test_a_sum_of_one_input_is_that_input(tmp_path):
     imported, mod = import_model(model)
     assert [node.op_type for node in imported.proto.graph.node] == ["Identity", "Relu"]
     assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=0, atol=0)
+
+
+def pow_model(path, exponent, base_type=TensorProto.FLOAT, base_shape=(4, 8),
+              constant_node=False):
+    """y = Pow(x, e) * x, e a constant (an initializer, or a Constant node's value) or, where
+    `exponent` is None, a second graph input."""
+    nodes, inits = [], []
+    inputs = [helper.make_tensor_value_info("x", base_type, list(base_shape))]
+    if exponent is None:
+        inputs.append(helper.make_tensor_value_info("e", TensorProto.FLOAT, []))
+    elif constant_node:
+        nodes.append(helper.make_node("Constant", [], ["e"],
+                                      value=numpy_helper.from_array(exponent)))
+    else:
+        inits.append(numpy_helper.from_array(exponent, "e"))
+    nodes += [helper.make_node("Pow", ["x", "e"], ["p"]),
+              helper.make_node("Mul", ["p", "x"], ["y"])]
+    out_shape = np.broadcast_shapes(base_shape, () if exponent is None else exponent.shape)
+    return save_model(path, nodes, inputs,
+                      [helper.make_tensor_value_info("y", base_type, out_shape)], inits)
+
+
+@pytest.mark.parametrize(("exponent", "constant_node"), [
+    (np.array(3.0, np.float32), False),
+    (np.array(4, np.int64), True),
+    (np.array([3.0], np.float32), False),
+])
+def test_a_pow_by_3_or_4_becomes_muls(tmp_path, exponent, constant_node):
+    model = load_onnx(pow_model(tmp_path / "pow.onnx", exponent, constant_node=constant_node))
+    assert lowerable_ops(model.proto) == ["Pow"]
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("Pow",)
+    assert "Pow" not in {node.op_type for node in imported.proto.graph.node}
+    assert "pow" not in mod.script()  # TVM's power op, a powf call per element
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("exponent", "base_type", "base_shape"), [
+    (np.array(2.0, np.float32), TensorProto.FLOAT, (4, 8)),  # LLVM squares without a call
+    (np.array(2.5, np.float32), TensorProto.FLOAT, (4, 8)),
+    (None, TensorProto.FLOAT, (4, 8)),  # an exponent known only at run time
+    (np.array(3, np.int64), TensorProto.INT32, (4, 8)),  # not a float: left to TVM
+    (np.array([[3.0]], np.float32), TensorProto.FLOAT, (8,)),  # broadcasts x to rank 2
+])
+def test_other_pows_are_kept(tmp_path, exponent, base_type, base_shape):
+    model = load_onnx(pow_model(tmp_path / "pow.onnx", exponent, base_type, base_shape))
+    imported = with_ops_lowered(model)
+    assert imported.ops_lowered == ()
+    assert imported.proto is model.proto

@@ -36,6 +36,16 @@ def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]
     return shapes
 
 
+def graph_constants(graph) -> dict:
+    """Name -> TensorProto of the graph's initializers and Constant nodes' values (a
+    sequence_lens, an exponent)."""
+    constants = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            constants[node.output[0]] = node.attribute[0].t
+    return constants
+
+
 class GraphWriter:
     """Emits the nodes and constants that replace one node, under names nothing else uses."""
 
@@ -43,10 +53,7 @@ class GraphWriter:
         self.shapes = shapes
         self.opset = opset
         self.where = where
-        self.constants = {t.name: t for t in graph.initializer}
-        for node in graph.node:  # Constant nodes hold values too (a sequence_lens, say)
-            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-                self.constants[node.output[0]] = node.attribute[0].t
+        self.constants = graph_constants(graph)
         self.taken = {name for node in graph.node for name in (*node.input, *node.output)}
         self.taken |= {node.name for node in graph.node} | set(self.constants)
         self.taken |= {v.name for v in (*graph.input, *graph.output)}

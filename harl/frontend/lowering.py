@@ -9,6 +9,9 @@
   TVM's importer stacks the inputs into a new tensor and reduces over it: a task of its own
   that copies every input, where an Add fuses into the op before it (ResNet's residual adds are
   Sums in Caffe2's exports, and tf2onnx writes TensorFlow's AddN as one).
+- Pow of a float tensor by a constant 3 or 4 becomes Muls: TVM calls libm's `powf` for every
+  element (LLVM turns only a square into a product), some 16x slower than the product on this
+  CPU, and no schedule vectorises a call. GPT-2's tanh GELU cubes its input.
 
 The rewritten graph is what harl tunes and builds; verification still runs the original model
 in onnxruntime, so a lowering that computed something else would fail the check.
@@ -20,26 +23,40 @@ from collections.abc import Callable
 
 import numpy as np
 
-from harl.frontend.graph_writer import GraphWriter, node_attrs, node_input, tensor_shapes
+from harl.frontend.graph_writer import (
+    GraphWriter,
+    graph_constants,
+    node_attrs,
+    node_input,
+    tensor_shapes,
+)
 from harl.frontend.recurrent import lower_recurrent
 
 _MISSING_OPS = ("RNN", "GRU", "LSTM", "ConvInteger")
 """operators harl rewrites where TVM's importer lacks them"""
 _UNFUSED_OPS = ("Mean", "Sum")
 """operators TVM's importer builds as a stack of the inputs and a reduction (see above)"""
+_POWERS_AS_MULS = (3, 4)
+"""constant exponents a Pow is rewritten for (see above)"""
+_FLOAT_TYPES = (1, 10, 11, 16)
+"""ONNX element types FLOAT, FLOAT16, DOUBLE, BFLOAT16"""
 
 
 def lowerable_ops(proto) -> list[str]:
-    """Operator types of `proto`'s graph that harl rewrites: those TVM's importer lacks, and
-    those it imports as a stack and a reduction."""
+    """Operator types of `proto`'s graph that harl may rewrite: those TVM's importer lacks,
+    those it imports as a stack and a reduction, and a Pow by a constant 3 or 4."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = _get_convert_map()
-    present = {node.op_type for node in proto.graph.node if node.domain in ("", "ai.onnx")}
+    nodes = [node for node in proto.graph.node if node.domain in ("", "ai.onnx")]
+    present = {node.op_type for node in nodes}
     adds = onnx_opset(proto) >= 7  # Add broadcasts from 7 on (onnxruntime runs no older Add)
-    return sorted(op for op in present
-                  if (op in _MISSING_OPS and op not in supported)
-                  or (op in _UNFUSED_OPS and adds))
+    ops = {op for op in present
+           if (op in _MISSING_OPS and op not in supported) or (op in _UNFUSED_OPS and adds)}
+    constants = graph_constants(proto.graph)
+    if any(_power(constants.get(node.input[1])) for node in nodes if node.op_type == "Pow"):
+        ops.add("Pow")
+    return sorted(ops)
 
 
 def onnx_opset(proto) -> int:
@@ -58,30 +75,41 @@ def describe_lowered(ops) -> str:
     if unfused:
         parts.append(f"{' and '.join(unfused)} rewritten as pairwise Adds, which fuse into the "
                      "op before them (TVM's importer stacks the inputs and reduces)")
+    if "Pow" in ops:
+        parts.append("Pow by a constant 3 or 4 rewritten as Muls (TVM calls powf per element)")
     return "; ".join(parts)
 
 
-def lower_ops(proto, ops: list[str], input_shapes: dict[str, tuple[int, ...]], where: str):
-    """A copy of `proto` with every node of the types `ops` rewritten; `input_shapes` fix the
-    graph inputs' shapes, from which the recurrent layers' sequence lengths are inferred."""
+def lower_ops(proto, ops: list[str], input_shapes: dict[str, tuple[int, ...]], where: str
+              ) -> tuple[object, list[str]]:
+    """A copy of `proto` with the nodes of the types `ops` rewritten, and the types of those
+    it rewrote (a lowering may keep a node whole: a Mean of unknown type); `input_shapes` fix
+    the graph inputs' shapes, from which the recurrent layers' sequence lengths are inferred."""
     import onnx
 
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     shapes = tensor_shapes(model, input_shapes)
     graph = GraphWriter(model.graph, shapes, where, onnx_opset(model))
-    nodes = []
+    nodes, rewritten = [], set()
     for node in model.graph.node:
         if node.op_type in ops and node.domain in ("", "ai.onnx"):
             graph.begin(node)
-            _LOWERINGS[node.op_type](graph, node)
-            nodes.extend(graph.take_nodes())
-        else:
-            nodes.append(node)
+            kept = _LOWERINGS[node.op_type](graph, node) is KEPT
+            replacement = graph.take_nodes()
+            if not kept:
+                nodes.extend(replacement)
+                rewritten.add(node.op_type)
+                continue
+        nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     model.graph.initializer.extend(graph.initializers)
-    return model
+    return model, sorted(rewritten)
+
+
+KEPT = object()
+"""what a lowering returns for a node it leaves as it is"""
 
 
 def _lower_conv_integer(graph: GraphWriter, node) -> None:
@@ -135,8 +163,7 @@ def _lower_mean(graph: GraphWriter, node) -> None:
         _pairwise_adds(graph, inputs, node.output[0])
         return
     if not graph.elem_type(inputs[0]):  # type unknown: the Mean is kept whole
-        graph.op("Mean", inputs, output=node.output[0])
-        return
+        return KEPT
     count = numpy_helper.from_array(np.asarray(len(inputs), graph.np_type(inputs[0])))
     # a Constant node, not an initializer: before IR version 4 an initializer must also be a
     # graph input, and the saved graph would fail onnx's checker
@@ -144,6 +171,33 @@ def _lower_mean(graph: GraphWriter, node) -> None:
     graph.op("Div", [_pairwise_adds(graph, inputs), count], output=node.output[0])
 
 
+def _power(exponent) -> int | None:
+    """The exponent of `_POWERS_AS_MULS` a constant (a TensorProto, or None) holds, if any."""
+    from onnx import numpy_helper
+
+    if exponent is None:
+        return None
+    value = numpy_helper.to_array(exponent)
+    if value.size != 1 or value.dtype.kind not in "iuf":
+        return None
+    power = value.item()
+    return int(power) if power in _POWERS_AS_MULS else None
+
+
+def _lower_pow(graph: GraphWriter, node):
+    """Pow(x, 3) = (x * x) * x and Pow(x, 4) = (x * x) * (x * x), for a float x; any other
+    Pow, or one whose exponent would broadcast x to a higher rank, is kept."""
+    base, exponent = node.input[0], node.input[1]
+    power = _power(graph.constants.get(exponent))
+    rank = graph.constant_value(exponent).ndim if power else 0
+    if (not power or graph.elem_type(base) not in _FLOAT_TYPES
+            or (rank and len(graph.dims(base)) < rank)):
+        return KEPT
+    square = graph.op("Mul", [base, base], "square")
+    graph.op("Mul", [square, base if power == 3 else square], output=node.output[0])
+    return None
+
+
 _LOWERINGS: dict[str, Callable] = {"RNN": lower_recurrent, "GRU": lower_recurrent,
                                    "LSTM": lower_recurrent, "ConvInteger": _lower_conv_integer,
-                                   "Sum": _lower_sum, "Mean": _lower_mean}
+                                   "Sum": _lower_sum, "Mean": _lower_mean, "Pow": _lower_pow}

@@ -211,8 +211,8 @@ class _ImportFailed(HarlError):
 
 def with_ops_lowered(model: OnnxModel) -> OnnxModel:
     """`model` with the operators TVM's importer lacks (recurrent layers, ConvInteger) rewritten
-    into ones it has, and Sum and Mean into pairwise Adds (see harl.frontend.lowering); `model`
-    itself when it has none. A recurrent
+    into ones it has, Sum and Mean into pairwise Adds and a Pow by 3 or 4 into Muls (see
+    harl.frontend.lowering); `model` itself when it rewrites none. A recurrent
     layer whose sequence length only a run-time shape computation gives is lowered in the
     graph with those computations folded."""
     from harl.frontend.graph_writer import ShapeUnknown
@@ -223,12 +223,12 @@ def with_ops_lowered(model: OnnxModel) -> OnnxModel:
         return model
     shapes = {spec.name: spec.shape for spec in model.inputs}
     try:
-        proto = lower_ops(model.proto, ops, shapes, str(model.path))
+        proto, rewritten = lower_ops(model.proto, ops, shapes, str(model.path))
     except ShapeUnknown:
         if model.shapes_folded:
             raise
         return with_ops_lowered(with_shapes_folded(model))
-    return replace(model, proto=proto, ops_lowered=tuple(ops))
+    return replace(model, proto=proto, ops_lowered=tuple(rewritten)) if rewritten else model
 
 
 def _relax_of(model: OnnxModel):
