@@ -111,7 +111,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     (work_dir / "logs").mkdir(exist_ok=True)
     quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
     load_tensor_intrinsics(target)
-    imported, relax_mod = import_model(model)
+    imported, relax_mod = import_model(model, fast_math=not is_gpu(target))
     rewrites = []
     if imported.shapes_folded:
         rewrites.append("it computes some tensor shapes in its graph: they are folded by "

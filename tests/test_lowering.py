@@ -310,3 +310,37 @@ def test_other_pows_are_kept(tmp_path, exponent, base_type, base_shape):
     imported = with_ops_lowered(model)
     assert imported.ops_lowered == ()
     assert imported.proto is model.proto
+
+
+def activation_model(path, elem_type=TensorProto.FLOAT):
+    """y = x * Sigmoid(x) + Erf(x) + Tanh(x), then a Softmax: each a libm call per element in
+    TVM's own lowering."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", ["x", "s"], ["silu"]),
+             helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Tanh", ["x"], ["t"]),
+             helper.make_node("Sum", ["silu", "e", "t"], ["a"]),
+             helper.make_node("Softmax", ["a"], ["y"], axis=-1)]
+    shape = [2, 3, 16]
+    return save_model(path, nodes, [helper.make_tensor_value_info("x", elem_type, shape)],
+                      [helper.make_tensor_value_info("y", elem_type, shape)])
+
+
+def test_cpu_imports_take_tvms_fast_math_and_a_sigmoid_its_exp(tmp_path):
+    model = load_onnx(activation_model(tmp_path / "act.onnx"))
+    imported, mod = import_model(model)
+    assert "Sigmoid" in imported.ops_lowered
+    script = mod.script()
+    for fast in ("fast_exp", "fast_erf", "fast_tanh", "fast_softmax"):
+        assert fast in script, fast
+    assert "T.exp(" not in script and "T.erf(" not in script and "T.tanh(" not in script
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-6)
+    _, exact = import_model(model, fast_math=False)  # GPU targets: TVM's own lowering
+    assert "fast_" not in exact.script()
+    assert_matches_onnxruntime(exact, model, parse_target("llvm"), rtol=1e-5, atol=1e-6)
+
+
+def test_a_float16_sigmoid_is_kept(tmp_path):
+    model = load_onnx(activation_model(tmp_path / "act16.onnx", TensorProto.FLOAT16))
+    imported, _ = import_model(model)
+    assert "Sigmoid" not in imported.ops_lowered
+    assert "Sigmoid" in {node.op_type for node in imported.proto.graph.node}

@@ -33,14 +33,19 @@ def load_database(work_dir: Path):
     )
 
 
-def for_inference(mod):
+def for_inference(mod, target):
     """The passes harl applies after import: batch norms fold into the conv before them (TVM's
-    fold takes float32 only), or become arithmetic that fuses into it."""
+    fold takes float32 only), or become arithmetic that fuses into it; for a CPU target, exp,
+    erf, tanh and softmax become TVM's fast approximations."""
+    gpu = "gpu" in [str(key) for key in target.keys]
+    fast = [] if gpu else [relax.transform.FastMathTransform()]
+
     def rewrite(fold: bool):
         folds = [relax.transform.FoldBatchnormToConv2D()] if fold else []
         return tvm.transform.Sequential([relax.transform.FoldConstant(), *folds,
                                          relax.transform.DecomposeOpsForInference(),
-                                         relax.transform.CanonicalizeBindings()])(mod)
+                                         relax.transform.CanonicalizeBindings(),
+                                         *fast])(mod)
 
     try:
         return rewrite(fold=True)
@@ -96,7 +101,7 @@ def main() -> int:
         return 1
     target = records[0].target  # the target the schedules were tuned for
     mod = from_onnx(model, keep_params_in_input=False)
-    mod = for_inference(mod)
+    mod = for_inference(mod, target)
     scheduled, total = count_applied(mod, target, database)
     print(f"tuned functions applied: {scheduled}/{total}")
 

@@ -32,7 +32,7 @@ from harl.report.metrics import MetricsLogger
 from harl.search.sketch_replay import SketchReplay
 from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import schedules_of, with_state
-from harl.target import local_cpu_count, parse_target
+from harl.target import is_gpu, local_cpu_count, parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
 
@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
     target = parse_target(args.target)
     load_tensor_intrinsics(target)
-    task = extract_tasks(import_to_relax(load_onnx(args.model)), target)[args.task]
+    relax_mod = import_to_relax(load_onnx(args.model), fast_math=not is_gpu(target))
+    task = extract_tasks(relax_mod, target)[args.task]
 
     def context(threads):
         return ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",

@@ -110,6 +110,18 @@ class GraphWriter:
                                            **attrs))
         return outputs
 
+    def sigmoid_by_exp(self, x: str, output: str | None = None) -> str:
+        """1 / (1 + Exp(-x)) of a float32 `x`: TVM's own sigmoid computes the same, calling
+        libm's `expf` for every element, where the Exp takes TVM's fast math (see
+        harl.frontend.lowering)."""
+        from onnx import numpy_helper
+
+        # a Constant node, not an initializer: before IR version 4 an initializer must also be
+        # a graph input
+        one = self.op("Constant", [], "one", value=numpy_helper.from_array(np.float32(1.0)))
+        exp = self.op("Exp", [self.op("Neg", [x])])
+        return self.op("Div", [one, self.op("Add", [one, exp])], output=output)
+
     def dims(self, tensor: str) -> list[int | None]:
         return list(self.shapes.get(tensor, ([], 0))[0])
 

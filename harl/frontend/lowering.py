@@ -12,6 +12,10 @@
 - Pow of a float tensor by a constant 3 or 4 becomes Muls: TVM calls libm's `powf` for every
   element (LLVM turns only a square into a product), some 16x slower than the product on this
   CPU, and no schedule vectorises a call. GPT-2's tanh GELU cubes its input.
+- Sigmoid of a float32 tensor becomes 1 / (1 + Exp(-x)), which is what TVM computes for it,
+  but with an Exp that TVM's fast-math rewrite (`onnx_model.for_inference`, CPU targets) turns
+  into a polynomial: TVM's own sigmoid calls libm's `expf` for every element (SiLU, x *
+  sigmoid(x), is EfficientNet's activation, and LSTM and GRU gates are sigmoids).
 
 The rewritten graph is what harl tunes and builds; verification still runs the original model
 in onnxruntime, so a lowering that computed something else would fail the check.
@@ -56,6 +60,8 @@ def lowerable_ops(proto) -> list[str]:
     constants = graph_constants(proto.graph)
     if any(_power(constants.get(node.input[1])) for node in nodes if node.op_type == "Pow"):
         ops.add("Pow")
+    if "Sigmoid" in present:
+        ops.add("Sigmoid")
     return sorted(ops)
 
 
@@ -77,6 +83,8 @@ def describe_lowered(ops) -> str:
                      "op before them (TVM's importer stacks the inputs and reduces)")
     if "Pow" in ops:
         parts.append("Pow by a constant 3 or 4 rewritten as Muls (TVM calls powf per element)")
+    if "Sigmoid" in ops:
+        parts.append("Sigmoid written as 1 / (1 + Exp(-x)), whose Exp TVM's fast math takes")
     return "; ".join(parts)
 
 
@@ -198,6 +206,17 @@ def _lower_pow(graph: GraphWriter, node):
     return None
 
 
+def _lower_sigmoid(graph: GraphWriter, node):
+    """Sigmoid(x) = 1 / (1 + Exp(-x)) for a float32 x (TVM's fast exp is float32's only)."""
+    from onnx import TensorProto
+
+    if graph.elem_type(node.input[0]) != TensorProto.FLOAT:
+        return KEPT
+    graph.sigmoid_by_exp(node.input[0], output=node.output[0])
+    return None
+
+
 _LOWERINGS: dict[str, Callable] = {"RNN": lower_recurrent, "GRU": lower_recurrent,
                                    "LSTM": lower_recurrent, "ConvInteger": _lower_conv_integer,
-                                   "Sum": _lower_sum, "Mean": _lower_mean, "Pow": _lower_pow}
+                                   "Sum": _lower_sum, "Mean": _lower_mean, "Pow": _lower_pow,
+                                   "Sigmoid": _lower_sigmoid}

@@ -88,6 +88,8 @@ class _Recurrent:
             if clip is not None:
                 x = g.op("Max", [g.op("Min", [x, g.const(clip, dtype, "clip")]),
                                  g.const(-clip, dtype, "clip")])
+            if name == "sigmoid" and dtype == np.float32:
+                return g.sigmoid_by_exp(x)
             if name in ("relu", "tanh", "sigmoid", "softsign", "softplus"):
                 return g.op({"relu": "Relu", "tanh": "Tanh", "sigmoid": "Sigmoid",
                              "softsign": "Softsign", "softplus": "Softplus"}[name], [x])

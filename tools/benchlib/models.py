@@ -64,6 +64,7 @@ def count_tasks(path: Path, target: str | None) -> int:
     """Number of tuning tasks harl extracts from the model (for per-task budgets)."""
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.frontend.tasks import extract_tasks
-    from harl.target import parse_target
+    from harl.target import is_gpu, parse_target
 
-    return len(extract_tasks(import_to_relax(load_onnx(path)), parse_target(target)))
+    target = parse_target(target)
+    return len(extract_tasks(import_to_relax(load_onnx(path), not is_gpu(target)), target))

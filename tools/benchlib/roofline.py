@@ -82,7 +82,7 @@ def time_kernel(kernel: Kernel, work_dir: Path, numpy_n: int | None, rounds: int
     )
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.loop import open_database
-    from harl.target import local_cpu_count
+    from harl.target import is_gpu, local_cpu_count
     from harl.tvm_env import load_tensor_intrinsics
 
     model = load_onnx(kernel.path)
@@ -90,7 +90,8 @@ def time_kernel(kernel: Kernel, work_dir: Path, numpy_n: int | None, rounds: int
     database = open_database(work_dir)
     target = database.get_all_tuning_records()[0].target
     load_tensor_intrinsics(target)
-    tuned = CompiledModel(compile_model(import_to_relax(model), target, database), target,
+    relax_mod = import_to_relax(model, fast_math=not is_gpu(target))
+    tuned = CompiledModel(compile_model(relax_mod, target, database), target,
                           [spec.name for spec in model.inputs])
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
     check = check_outputs(tuned.run(inputs), reference.run(inputs), list(model.output_names),

@@ -56,12 +56,11 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.loop import open_database
     from harl.measure.threads import use_physical_cores
-    from harl.target import local_cpu_count, parse_target
+    from harl.target import is_gpu, local_cpu_count, parse_target
     from harl.tvm_env import load_tensor_intrinsics
 
     use_physical_cores()  # a fresh process sets TVM's thread count before any kernel runs
     model = load_onnx(model_path)
-    relax_mod = import_to_relax(model)
     inputs = model.random_inputs(0)
     names = [spec.name for spec in model.inputs]
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
@@ -73,6 +72,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     tuned_dirs = [work_dir for work_dir in work_dirs if records[work_dir]]
     target = (records[tuned_dirs[0]][0].target if tuned_dirs
               else parse_target(fallback_target))
+    relax_mod = import_to_relax(model, fast_math=not is_gpu(target))
     load_tensor_intrinsics(target)
     untuned = CompiledModel(compile_model(relax_mod, target), target, names)
     untuned_outputs = untuned.run(inputs)
