@@ -84,8 +84,11 @@ def parse_target(spec: str | None):
             return Target(_cuda_target_dict())
         if spec.startswith("{"):
             config = json.loads(spec)
-            if config.get("kind") == "llvm":
-                config = {**host_target_dict(), **config}
+            if config.get("kind") == "llvm":  # another CPU's triple takes its default mcpu
+                host = host_target_dict()
+                if "mtriple" in config:
+                    host.pop("mcpu")
+                config = {**host, **config}
             elif config.get("kind") == "cuda":  # the user's keys win over this GPU's limits
                 config = {**_cuda_target_dict(), **config}
             target = Target(config)

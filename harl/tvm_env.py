@@ -2,33 +2,46 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
+import platform
 import sys
 
 _INTRINSICS_PACKAGE = "tvm.s_tir.tensor_intrin"
-_GPU_INTRINSICS = ("cuda", "rocm")
+#: What the package's __init__ imports: every set, for target kinds harl has no entry for.
+_ALL_INTRINSICS = ("cuda", "arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
+#: The sets MetaSchedule's rules can ask for on each kind (CUDA's int8 rules use the dp4a
+#: dot products of dot_product_common; arm_cpu and rocm import it themselves).
+_GPU_INTRINSICS = {"cuda": ("cuda", "dot_product_common"), "rocm": ("rocm",)}
+_CPU_INTRINSICS = {"aarch64": ("arm_cpu",), "arm": ("arm_cpu",), "riscv": ("riscv_cpu",)}
+
+
+def intrinsic_sets(target) -> tuple[str, ...]:
+    """The submodules of tvm.s_tir.tensor_intrin that `target`'s schedule rules can use."""
+    kind = target.kind.name
+    if kind == "llvm":  # the rules pick a CPU's sets by the target's (else this host's) triple
+        triple = str(target.attrs.get("mtriple", "") or platform.machine()).lower()
+        arch = next((a for a in _CPU_INTRINSICS if triple.startswith(a)), None)
+        return _CPU_INTRINSICS[arch] if arch else ("x86",)
+    return _GPU_INTRINSICS.get(kind, _ALL_INTRINSICS)
 
 
 def load_tensor_intrinsics(target) -> None:
     """Register the tensor intrinsics for `target` before a TuneContext is made.
 
-    TuneContext imports every intrinsic package (about 30 s here, mostly CUDA's). For CPU targets
-    only the x86/ARM sets matter, so the package shell is created without running its __init__ and
-    just those submodules are imported (under a second). GPU targets load the GPU sets, also
-    after a CPU target in the same process.
+    TuneContext imports the whole intrinsic package: 30-70 s here, most of it CUDA's, since
+    TVMScript reads the caller's whole stack once per function it parses. The package shell is
+    created without running its __init__ (so TuneContext's import finds it done) and only the
+    sets `target` can use are imported: x86's in under a second. Sets of another target in the
+    same process are imported when that target asks (an imported one is not run again).
     """
-    cpu = target.kind.name == "llvm"
     if _INTRINSICS_PACKAGE not in sys.modules:
-        if not cpu:
-            importlib.import_module(_INTRINSICS_PACKAGE)
-            return
         import tvm.s_tir  # noqa: F401  (the parent package must exist first)
 
         spec = importlib.util.find_spec(_INTRINSICS_PACKAGE)
         sys.modules[_INTRINSICS_PACKAGE] = importlib.util.module_from_spec(spec)
-    # the shell of an earlier CPU target lacks the GPU sets (imported ones are not run again)
-    for name in ("x86", "arm_cpu") if cpu else _GPU_INTRINSICS:
+    for name in intrinsic_sets(target):
         importlib.import_module(f"{_INTRINSICS_PACKAGE}.{name}")
 
 

@@ -13,9 +13,15 @@ from onnx import TensorProto, helper, numpy_helper
 from tvm import te
 
 from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.target import parse_target
+from harl.tvm_env import load_tensor_intrinsics
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "tasks" / "examples"
+
+# As harl.tune does: a TuneContext made here would otherwise import every target's intrinsics
+# (a minute and more inside pytest); a GPU test loads its own (tests/test_cuda_build.py).
+load_tensor_intrinsics(parse_target("llvm"))
 
 
 def matmul_module(n: int = 32):

@@ -1,10 +1,14 @@
 """--target parsing."""
 
+import subprocess
+import sys
+
 import pytest
-from conftest import matmul_module
+from conftest import ROOT, matmul_module
 
 from harl.errors import HarlError
 from harl.target import is_gpu, local_cpu_count, parse_target
+from harl.tvm_env import intrinsic_sets, load_tensor_intrinsics
 
 
 def test_default_is_this_cpu():
@@ -40,6 +44,7 @@ def test_plain_cuda_target_initialises_metaschedules_cuda_rules():
     from tvm.s_tir import meta_schedule as ms
 
     target = parse_target("cuda")
+    load_tensor_intrinsics(target)
     assert int(target.attrs["max_threads_per_block"]) >= 32
     assert int(target.attrs["max_shared_memory_per_block"]) > 0
     ctx = ms.TuneContext(mod=matmul_module(64), target=target, space_generator="post-order-apply",
@@ -52,3 +57,43 @@ def test_a_json_cuda_target_gets_the_limits_and_a_host():
     assert str(target.attrs["arch"]) == "sm_86" and target.host is not None
     assert int(target.attrs["max_threads_per_block"]) == 512  # the user's keys win
     assert int(target.attrs["max_shared_memory_per_block"]) > 0
+
+
+def test_another_cpus_triple_drops_this_hosts_mcpu():
+    arm = parse_target('{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}')
+    assert "mcpu" not in arm.attrs and bool(arm.attrs["feature.is_aarch64"])
+
+
+@pytest.mark.parametrize("spec, sets", [
+    ("llvm", ("x86",)),  # this machine
+    ('{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}', ("arm_cpu",)),
+    ('{"kind": "llvm", "mtriple": "riscv64-unknown-linux-gnu"}', ("riscv_cpu",)),
+    ("nvidia/nvidia-a100", ("cuda", "dot_product_common")),
+])
+def test_a_target_loads_only_the_intrinsics_its_rules_use(spec, sets):
+    assert intrinsic_sets(parse_target(spec)) == sets
+
+
+def test_a_cpu_run_tunes_without_the_gpu_intrinsics():
+    """In a fresh process, as harl.tune starts: TuneContext finds the package loaded."""
+    probe = """
+import sys
+from tvm import IRModule, te
+from tvm.s_tir import meta_schedule as ms
+from harl.target import parse_target
+from harl.tvm_env import load_tensor_intrinsics
+target = parse_target("llvm")
+load_tensor_intrinsics(target)
+a, b = te.placeholder((16, 16), name="A"), te.placeholder((16, 16), name="B")
+k = te.reduce_axis((0, 16), name="k")
+c = te.compute((16, 16), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+ctx = ms.TuneContext(mod=IRModule({"main": te.create_prim_func([a, b, c])}), target=target,
+                     space_generator="post-order-apply", search_strategy="replay-trace",
+                     task_name="matmul", num_threads=1)
+assert ctx.generate_design_space()
+print(sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin.")))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "['x86']"
