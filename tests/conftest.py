@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +26,24 @@ EXAMPLES = ROOT / "tasks" / "examples"
 # As harl.tune does: a TuneContext made here would otherwise import every target's intrinsics
 # (a minute and more inside pytest); a GPU test loads its own (tests/test_cuda_build.py).
 load_tensor_intrinsics(parse_target("llvm"))
+
+
+def harl_tune(*args, timeout=600) -> subprocess.CompletedProcess:
+    """`python -m harl.tune ARGS` in a fresh process, exactly as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "harl.tune", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def harl_tune_here(*args) -> subprocess.CompletedProcess:
+    """The same command run in this process, its exit code, stdout and stderr as a fresh one's
+    (harl's own output; not TVM's C++ logs). For tests of what a run does with a model rather
+    than of the process: it saves the second import of TVM and torch (8-10 s a run)."""
+    from harl.cli import run_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = run_cli(list(map(str, args)))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def matmul_module(n: int = 32):

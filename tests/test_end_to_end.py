@@ -13,6 +13,8 @@ import pytest
 from conftest import (
     EXAMPLES,
     ROOT,
+    harl_tune,
+    harl_tune_here,
     save_conv_bn_model,
     shipped_prior_applies,
     trial_record_lines,
@@ -20,11 +22,6 @@ from conftest import (
 
 from harl.measure.threads import physical_core_count
 from harl.target import gpu_visible
-
-
-def harl_tune(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "harl.tune", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +160,7 @@ def test_another_model_in_the_same_work_dir_is_refused(mlp_run, tiny_matmul, tmp
 def test_a_model_that_computes_shapes_is_tuned_folded_and_plain_tvm_reuses_the_log(
         shape_computing_model, tmp_path):
     work_dir = tmp_path / "run"
-    proc = harl_tune(shape_computing_model, "--trials", 2, "--work-dir", work_dir)
+    proc = harl_tune_here(shape_computing_model, "--trials", 2, "--work-dir", work_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "folded by onnxruntime" in proc.stdout
     assert "verified                 true" in proc.stdout
@@ -177,7 +174,7 @@ def test_a_model_that_computes_shapes_is_tuned_folded_and_plain_tvm_reuses_the_l
 
 def test_a_gru_model_is_tuned_unrolled_and_plain_tvm_reuses_the_log(gru_model, tmp_path):
     work_dir = tmp_path / "run"
-    proc = harl_tune(gru_model, "--trials", 4, "--work-dir", work_dir)
+    proc = harl_tune_here(gru_model, "--trials", 4, "--work-dir", work_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "TVM's importer lacks GRU" in proc.stdout
     assert "verified                 true" in proc.stdout
@@ -199,8 +196,8 @@ def test_a_float16_model_is_checked_with_float16_tolerances(tmp_path):
     # TVM sums the conv's products in float16 in another order than onnxruntime: ~8e-3 apart,
     # beyond float32's tolerances (1e-3 relative, 1e-4 absolute), within float16's.
     model = save_conv_bn_model(tmp_path / "conv_bn16.onnx", conv_bias=True, dtype="float16")
-    proc = harl_tune(model, "--trials", 2, "--work-dir", tmp_path / "run")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = harl_tune_here(model, "--trials", 2, "--work-dir", tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "verified                 true" in proc.stdout
     assert "(rtol 0.01, atol 0.01, vs onnxruntime)" in proc.stdout
 
@@ -239,7 +236,7 @@ def test_a_symbolic_batch_is_tuned_as_1_and_plain_tvm_reuses_the_log_with_batch_
     # model's batch is symbolic: harl says it takes 1, and saves the graph with that shape.
     model = save_conv_bn_model(tmp_path / "conv_bn.onnx", batch="N")
     work_dir = tmp_path / "run"
-    proc = harl_tune(model, "--trials", 2, "--work-dir", work_dir)
+    proc = harl_tune_here(model, "--trials", 2, "--work-dir", work_dir)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "batch dim x[0] 'N' is symbolic: tuned for 1 (--input-shape x:1,8,16,16" in proc.stdout
     assert "verified                 true" in proc.stdout

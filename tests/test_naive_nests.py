@@ -7,9 +7,8 @@ import math
 import numpy as np
 import pytest
 import tvm
-from conftest import matmul_module, save_model
+from conftest import harl_tune_here, matmul_module, save_model
 from onnx import TensorProto, helper
-from test_end_to_end import harl_tune
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
@@ -182,7 +181,7 @@ def small_ops_model(tmp_path):
 def test_small_tasks_compile_with_the_nest_when_it_is_faster(small_ops_model, tmp_path):
     work_dir = tmp_path / "run"
     args = (small_ops_model, "--trials", 4, "--trials-per-batch", 2, "--work-dir", work_dir)
-    proc = harl_tune(*args)
+    proc = harl_tune_here(*args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Both tasks are small: their nests are measured before tuning, not after.
     assert "loop nest of 2 small task(s) measured before tuning: 2 kept" in proc.stdout
@@ -205,7 +204,7 @@ def test_small_tasks_compile_with_the_nest_when_it_is_faster(small_ops_model, tm
     allocator = json.loads((work_dir / "agents" / "task_allocator.json").read_text())
     assert all(task["known"] for task in allocator)
 
-    rerun = harl_tune(*args)  # the budget is spent: the nests count as no trial
+    rerun = harl_tune_here(*args)  # the budget is spent: the nests count as no trial
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "going straight to compile" in rerun.stdout
     again = json.loads((work_dir / "report.json").read_text())

@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import conv2d_module, matmul_module, save_model, shipped_prior_applies
+from conftest import conv2d_module, harl_tune_here, matmul_module, save_model, shipped_prior_applies
 from onnx import TensorProto, helper, numpy_helper
-from test_end_to_end import harl_tune
 from tvm.s_tir import meta_schedule as ms
 
 from harl.frontend.tasks import TuningTask
@@ -80,7 +79,7 @@ def short_run(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("short")
     model = three_convs(work_dir.parent / "three_convs.onnx")
     args = (model, "--trials", 8, "--trials-per-batch", 4, "--work-dir", work_dir)
-    return harl_tune(*args), args, work_dir
+    return harl_tune_here(*args), args, work_dir
 
 
 def test_a_budget_below_the_task_count_still_compiles_every_task(short_run):
@@ -101,7 +100,8 @@ def test_a_budget_below_the_task_count_still_compiles_every_task(short_run):
 def test_a_rerun_with_the_budget_spent_picks_from_a_model_of_the_log(short_run):
     proc, args, work_dir = short_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rerun = harl_tune(*args)  # nothing to measure: no run's cost model, one learned from the log
+    # nothing to measure: no run's cost model, one learned from the log
+    rerun = harl_tune_here(*args)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "going straight to compile" in rerun.stdout
     report = json.loads((work_dir / "report.json").read_text())
