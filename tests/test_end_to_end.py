@@ -95,8 +95,8 @@ def test_harl_agents_leave_metrics_and_checkpoints(mlp_run):
 
 
 def test_metaschedule_baseline_end_to_end(tmp_path):
-    proc = harl_tune(EXAMPLES / "mlp.onnx", "--strategy", "metaschedule", "--trials", 6,
-                     "--trials-per-batch", 2, "--work-dir", tmp_path)
+    proc = harl_tune_here(EXAMPLES / "mlp.onnx", "--strategy", "metaschedule", "--trials", 6,
+                          "--trials-per-batch", 2, "--work-dir", tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["strategy"] == "metaschedule" and report["verified"] is True
@@ -116,10 +116,17 @@ def test_metaschedule_baseline_end_to_end(tmp_path):
                  marks=pytest.mark.skipif(gpu_visible(), reason="a GPU is here")),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):
-    proc = harl_tune(*args, timeout=120)
+    proc = harl_tune_here(*args)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_bad_input_is_all_a_fresh_process_prints():
+    proc = harl_tune(EXAMPLES / "mlp.onnx", "--trials", "0", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "harl: error: --trials must be a positive number, got 0"]
 
 
 def test_unwritable_work_dir(tmp_path):
@@ -135,8 +142,8 @@ def test_rerun_with_the_budget_spent_goes_straight_to_verification(mlp_run, tmp_
     shutil.copytree(work_dir, tmp_path / "run")
     records = (tmp_path / "run" / "database_tuning_record.json").read_text()
     trials = len(trial_record_lines(tmp_path / "run"))
-    rerun = harl_tune(EXAMPLES / "mlp.onnx", "--trials", 6, "--trials-per-batch", 2,
-                      "--work-dir", tmp_path / "run")
+    rerun = harl_tune_here(EXAMPLES / "mlp.onnx", "--trials", 6, "--trials-per-batch", 2,
+                           "--work-dir", tmp_path / "run")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert (f"resuming: {trials} trials already in the database, the budget "
             "of 6 is spent; going straight to compile and verify") in rerun.stdout
