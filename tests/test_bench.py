@@ -128,6 +128,7 @@ def smoke(tmp_path_factory):
     return proc, out
 
 
+@pytest.mark.slow  # a developer tool, not the product: kept out of CI for time (93 s)
 def test_smoke_runs_every_stage(smoke):
     proc, out = smoke
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
