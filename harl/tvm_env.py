@@ -7,7 +7,6 @@ import importlib.util
 import logging
 import platform
 import sys
-import threading
 
 _INTRINSICS_PACKAGE = "tvm.s_tir.tensor_intrin"
 #: What the package's __init__ imports: every set, for target kinds harl has no entry for.
@@ -35,33 +34,15 @@ def load_tensor_intrinsics(target) -> None:
     package shell is created without running its __init__ (so TuneContext's import finds it
     done) and only the sets `target` can use are imported: x86's in under a second. Sets of
     another target in the same process are imported when that target asks (an imported one is
-    not run again). They are imported on a fresh thread: TVMScript reads the source lines of
-    the caller's whole stack for each function it parses, and a deep stack (pytest's, a
-    notebook's) made CUDA's set take 41 s instead of 26.
+    not run again).
     """
     if _INTRINSICS_PACKAGE not in sys.modules:
         import tvm.s_tir  # noqa: F401  (the parent package must exist first)
 
         spec = importlib.util.find_spec(_INTRINSICS_PACKAGE)
         sys.modules[_INTRINSICS_PACKAGE] = importlib.util.module_from_spec(spec)
-    missing = [f"{_INTRINSICS_PACKAGE}.{name}" for name in intrinsic_sets(target)
-               if f"{_INTRINSICS_PACKAGE}.{name}" not in sys.modules]
-    if missing:
-        errors: list[BaseException] = []
-        loader = threading.Thread(target=_import_all, args=(missing, errors),
-                                  name="harl-intrinsics")
-        loader.start()
-        loader.join()
-        if errors:
-            raise errors[0]
-
-
-def _import_all(names: list[str], errors: list[BaseException]) -> None:
-    try:
-        for name in names:
-            importlib.import_module(name)
-    except BaseException as err:  # noqa: BLE001  (re-raised on the caller's thread)
-        errors.append(err)
+    for name in intrinsic_sets(target):
+        importlib.import_module(f"{_INTRINSICS_PACKAGE}.{name}")
 
 
 def quiet_tvm_loggers(log_file=None) -> None:
