@@ -144,6 +144,27 @@ def test_replay_skips_what_is_out_of_bounds_and_keeps_every_schedule_it_made_bef
     assert made[False][1] is None and None not in (made[False][0], made[False][3])
 
 
+def test_samples_outside_the_bounds_are_replaced_by_more_draws(cuda_sketch):
+    context, trace = cuda_sketch
+    bounds = ThreadBounds.of(trace)
+    sketch = SimpleNamespace(trace=trace, shortcut=None, thread_bounds=bounds)
+
+    def fresh(max_draws):
+        replay_ = SketchReplay(context.mod, list(context.space_generator.postprocs), 2,
+                               np.random.default_rng(3), MetricsLogger())
+        return replay_.fresh(sketch, 16, max_draws), replay_.out_of_bounds
+
+    once, _ = fresh(None)
+    filled, skipped = fresh(16 * 8)
+    assert 2 * len(once) < len(filled) <= 16
+    assert all(bounds.allows(state) for state, _ in filled)
+    hashes = [tvm_ffi.structural_hash(sch.mod) for _, sch in filled]
+    assert hashes[:len(once)] == [tvm_ffi.structural_hash(sch.mod) for _, sch in once]
+    capped, capped_skipped = fresh(24)
+    assert len(once) <= len(capped) < len(filled)
+    assert capped_skipped + len(capped) <= 24 < skipped
+
+
 def test_the_search_proposes_the_same_cuda_candidates_and_replays_fewer(monkeypatch,
                                                                         cuda_sketch):
     from tvm.s_tir.meta_schedule.runner import RunnerResult
@@ -152,7 +173,8 @@ def test_the_search_proposes_the_same_cuda_candidates_and_replays_fewer(monkeypa
     from harl.search import harl_search
     from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
 
-    short = HarlSearchConfig(tile=TileTunerConfig(trajectory_length=2, proposals_per_step=4))
+    short = HarlSearchConfig(tile=TileTunerConfig(trajectory_length=2, proposals_per_step=4),
+                             bounded_draws=1)  # no draws in place of the skipped: same seeds
 
     def candidates(bounds_of):
         monkeypatch.setattr(harl_search.ThreadBounds, "of", staticmethod(bounds_of))

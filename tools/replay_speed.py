@@ -9,7 +9,8 @@ both give the same schedules; then times `PerStoreFeature` on them with 1 and `-
 threads. This is the work behind each state harl's search scores (`schedules_of` in
 harl/search/trace_sites.py). Where the sketch has thread bounds (GPU targets; no GPU is needed
 to make schedules), harl's fresh samples are also drawn with and without them, to show they
-skip work and change no schedule.
+skip work and change no schedule, and drawn as harl's search draws them: until `--samples`
+are within the bounds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.report.metrics import MetricsLogger
+from harl.search.harl_search import HarlSearchConfig
 from harl.search.sketch_replay import SketchReplay
 from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import schedules_of, with_state
@@ -108,7 +110,16 @@ def thread_bounds_speed(mod, sketch, bounds, postprocs, args) -> bool:
     print(f"harl's fresh samples: {len(drawn[0])} of {args.samples} legal; {seconds[0]:.2f} s, "
           f"{seconds[1]:.2f} s skipping the {replay.out_of_bounds} outside the thread bounds "
           f"({seconds[0] / seconds[1]:.2f}x); the same schedules: {drawn[0] == drawn[1]}")
-    return drawn[0] == drawn[1]
+    draws = HarlSearchConfig().bounded_draws
+    replay = SketchReplay(mod, postprocs, args.threads, np.random.default_rng(0),
+                          MetricsLogger())
+    plan = SimpleNamespace(trace=sketch, shortcut=replay.shortcut_of(sketch), thread_bounds=bounds)
+    filled, took = timed(lambda: replay.fresh(plan, args.samples, args.samples * draws))
+    kept = program_hashes([sch for _, sch in filled])
+    print(f"drawn until {args.samples} are within the bounds (at most {draws}x the draws, "
+          f"harl's search): {len(kept)} legal after {replay.out_of_bounds} skipped; {took:.2f} s; "
+          f"the first draws' schedules kept: {kept[:len(drawn[1])] == drawn[1]}")
+    return drawn[0] == drawn[1] and kept[:len(drawn[1])] == drawn[1]
 
 
 if __name__ == "__main__":

@@ -53,6 +53,11 @@ class HarlSearchConfig:
     trajectories and supply the batch's fresh share, at most half of the sketch's candidates.
     Paired runs (docs/benchmarks.md, session 26) tuned as well or slightly better with 32 as
     with 64 and searched 5-9% faster"""
+    bounded_draws: int = 8
+    """on a GPU sketch with thread bounds, samples drawn per fresh sample wanted, at most:
+    those outside the bounds (most of a conv's, which a postproc would reject) are replaced
+    by more draws, so the cost model chooses among legal schedules, as MetaSchedule's
+    evolutionary search samples until its population is legal"""
     screen_trust: float = 0.3
     """trust (see `trust_window`) from which the cost model chooses which fresh samples are
     measured"""
@@ -251,7 +256,9 @@ class HarlSearchStrategy(PySearchStrategy):
         if sketch.deterministic:
             drawn = 1
         probes = self.probes.pop(sketch_id, []) if learned else []  # scored for the outlook
-        drawn_here = self.replay.fresh(sketch, drawn - len(probes)) if drawn > len(probes) else []
+        wanted = drawn - len(probes)
+        drawn_here = (self.replay.fresh(sketch, wanted, wanted * self.config.bounded_draws)
+                      if wanted > 0 else [])
         for state, sch in [(probe.state, probe.schedule) for probe in probes] + drawn_here:
             cache.setdefault(state, sch)
             fresh.append(state)

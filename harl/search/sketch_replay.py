@@ -80,19 +80,20 @@ class SketchReplay:
         schedules = iter(made)
         return [next(schedules) if ok else None for ok in within]
 
-    def fresh(self, sketch, count: int) -> list[tuple[State, object]]:
+    def fresh(self, sketch, count: int, max_draws: int | None = None
+              ) -> list[tuple[State, object]]:
         """`count` fresh samples of a sketch, with their states (illegal ones left out); the
         sketch's location shortcut samples them where it applies. Samples outside the sketch's
-        thread bounds are not replayed beyond the instructions that draw them."""
+        thread bounds are not replayed beyond the instructions that draw them, and more are
+        drawn in their place, up to `max_draws` in all (default `count`: none)."""
         with self.metrics.stage_timing("search/replay_seconds"):
             trace = with_state(sketch.trace, None)
-            plans = [trace if sketch.shortcut is None else sketch.shortcut.sample_plan(trace)
-                     for _ in range(count)]
             seeds = self._seeds(count)
             if sketch.thread_bounds is not None:
-                within = self._within_bounds(sketch.thread_bounds, trace, seeds)
-                plans = [plan for plan, ok in zip(plans, within, strict=True) if ok]
-                seeds = [seed for seed, ok in zip(seeds, within, strict=True) if ok]
+                seeds = self._seeds_within(sketch.thread_bounds, trace, seeds, count,
+                                           max(count, max_draws or count))
+            plans = [trace if sketch.shortcut is None else sketch.shortcut.sample_plan(trace)
+                     for _ in seeds]
             schedules = schedules_of(self.mod, plans, self.postprocs, seeds, self.workers)
         drawn = []
         for plan, sch in zip(plans, schedules, strict=True):
@@ -103,6 +104,24 @@ class SketchReplay:
                 state = (*state, plan.location)  # sampled last, by the shortcut
             drawn.append((state, sch))
         return drawn
+
+    def _seeds_within(self, bounds: ThreadBounds, trace, seeds: list[int], count: int,
+                      max_draws: int) -> list[int]:
+        """Of `seeds` and of more drawn after them (`max_draws` in all), the first `count`
+        whose samples bind threads within `bounds`. Each round draws what the rate seen so
+        far needs, so a pool of mostly illegal samples costs few rounds."""
+        kept: list[int] = []
+        tried = 0
+        while seeds:
+            tried += len(seeds)
+            within = self._within_bounds(bounds, trace, seeds)
+            kept += [seed for seed, ok in zip(seeds, within, strict=True) if ok]
+            missing = count - len(kept)
+            if missing <= 0 or tried >= max_draws:
+                break
+            rate = max(len(kept), 1) / tried
+            seeds = self._seeds(min(max_draws - tried, int(np.ceil(missing / rate))))
+        return kept[:count]
 
     def as_measured(self, sketch, state: State, sch):
         """`sch` (of `state`) in the form a database stores: a schedule the location shortcut
