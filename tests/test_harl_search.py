@@ -215,8 +215,8 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
     draw, failures = strategy.replay.fresh, [4]
 
-    def unlucky(sketch, count):
-        drawn = draw(sketch, count)
+    def unlucky(sketch, count, max_draws=None):
+        drawn = draw(sketch, count, max_draws)
         lost = min(failures[0], len(drawn))
         failures[0] -= lost
         return drawn[lost:]  # failed samples are left out
@@ -229,7 +229,7 @@ def test_a_batch_whose_samples_fail_is_topped_up_not_ended():
 def test_a_task_whose_samples_always_fail_ends():
     strategy, spaces = make_strategy()
     strategy.pre_tuning(12, 4, spaces, None, ms.cost_model.RandomModel())
-    strategy.replay.fresh = lambda sketch, count: []
+    strategy.replay.fresh = lambda sketch, count, max_draws=None: []
     strategy.replay.states = lambda sketch, states: [None] * len(states)
     assert strategy.generate_measure_candidates() is None
 
@@ -248,9 +248,9 @@ def test_a_sketch_that_samples_nothing_is_replayed_once_per_fill_and_then_ends()
     assert strategy.sketches and all(s.deterministic for s in strategy.sketches)
     draws, fresh = [], strategy.replay.fresh
 
-    def counted(sketch, count):
+    def counted(sketch, count, max_draws=None):
         draws.append(count)
-        return fresh(sketch, count)
+        return fresh(sketch, count, max_draws)
 
     strategy.replay.fresh = counted
     batches = measured_batches(strategy)
@@ -393,9 +393,9 @@ def test_a_sketch_draws_the_broad_pool_until_it_has_elites_then_the_refining_one
     drawn = []  # (sketch had elites, samples drawn)
     fresh = strategy.replay.fresh
 
-    def spy(sketch, count):
+    def spy(sketch, count, max_draws=None):
         drawn.append((bool(sketch.elites), count))
-        return fresh(sketch, count)
+        return fresh(sketch, count, max_draws)
     strategy.replay.fresh = spy
     for _ in range(2):
         candidates = strategy.generate_measure_candidates()
