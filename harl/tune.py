@@ -212,7 +212,7 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     `prior`: the records the work dir held before this run, all of them when `plan` is None;
     `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured)."""
     from harl.search.program_scorer import ProgramScorer
-    from harl.untuned import SAMPLES_PER_TASK, scorer_from_records, with_predicted
+    from harl.untuned import SAMPLES_PER_TASK, pick_builder, scorer_from_records, with_predicted
 
     # A task with no trials has no record, not even a failed one, unless its nest was kept.
     untuned = [index for index, task in enumerate(report.tasks)
@@ -224,12 +224,17 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     else:
         xgb = getattr(plan.cost_model, "_inst", None)
         scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
-    database, picked = with_predicted(
-        database, tasks, untuned, target, scorer, seed=config.seed,
-        announce=lambda count: say(
-            f"harl: {count} task(s) were never measured; the cost model picks one of "
-            f"{SAMPLES_PER_TASK} samples for each (not measured, not in the tuning log) ..."))
-    for index in picked:
+    with pick_builder(config.measure) as builder:
+        database, picks = with_predicted(
+            database, tasks, untuned, target, scorer, seed=config.seed, builder=builder,
+            announce=lambda count: say(
+                f"harl: {count} task(s) were never measured; the cost model picks one of "
+                f"{SAMPLES_PER_TASK} samples for each, built to check (not measured, not in the "
+                "tuning log) ..."))
+    if picks.unbuilt:
+        say(f"harl: {picks.unbuilt} pick(s) did not build within the build limits; the next "
+            "best sample took their place")
+    for index in picks.task_indices:
         report.tasks[index].predicted = True
     return database
 

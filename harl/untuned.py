@@ -7,10 +7,18 @@ cost model ranks them (the run's once it has learned, or the cost-model prior wh
 a random sample alone is often slower than the naive nest (ResNet-50 at 40 trials: 1111 ms
 against 831; the model's picks 642). They live in an in-memory database used for this compile
 only, never in the tuning log, so plain TVM builds from the log do not see them.
+
+Each pick is built first, as a measured candidate is, with the same limits: a sample can be a
+kernel LLVM takes minutes to compile (a RegNet conv vectorised over 28 lanes: 167 s, where the
+whole model's other kernels took 3 s), and the model's compile would pay it. A pick that does
+not build in time gives way to the task's next best.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +32,9 @@ SAMPLES_PER_TASK = 64
 whose top a task's first measured batch is. Against 16, ResNet-50 at 24 trials (13 tasks
 picked) built 0.71x as fast, Inception-v1 at 40 (31 picked) 0.90x; 256 no faster than 64
 (docs/benchmarks.md, session 33)"""
+BUILD_TRIES = 3
+"""a task's best-ranked samples tried in turn until one builds within the limits; where none
+does, the task keeps TVM's naive nest"""
 PREDICTED_RUN_S = 1e9
 """run time recorded for an unmeasured pick: any measured record of its workload wins over it"""
 
@@ -32,6 +43,7 @@ PREDICTED_RUN_S = 1e9
 class PredictedSchedules:
     database: object  # ms.database.MemoryDatabase holding one record per task picked
     task_indices: list[int]  # the tasks that got one
+    unbuilt: int = 0  # picks that did not build in time, each replaced by the next best
 
 
 def unmeasured_tasks(prior: PriorRun) -> list[int]:
@@ -48,16 +60,17 @@ def _context(task, target):
 
 
 def predicted_schedules(tasks, wanted: list[int], target, scorer,
-                        samples: int = SAMPLES_PER_TASK, seed: int = 0) -> PredictedSchedules:
+                        samples: int = SAMPLES_PER_TASK, seed: int = 0,
+                        builder=None) -> PredictedSchedules:
     """For each task of `tasks` indexed in `wanted`, the sample of its design space that
-    `scorer` (a ProgramScorer that ranks those tasks) rates best among `samples` random ones."""
+    `scorer` (a ProgramScorer that ranks those tasks) rates best among `samples` random ones;
+    with a `builder`, the best that it builds (of the top `BUILD_TRIES`)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 
-    memory = ms.database.MemoryDatabase()
     rng = np.random.default_rng(seed)
-    picked = []
+    ranked: dict[int, tuple[list, object]] = {}  # task index -> (best samples first, args)
     for index in wanted:
         task = tasks[index]
         context = _context(task, target)
@@ -72,27 +85,75 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
             continue
         args = ArgInfo.from_entry_func(legal[0].mod, remove_preproc=True)
         scores = scorer(context, [MeasureCandidate(sch, args) for sch in legal]).scores
-        best = legal[int(np.argmax(scores))]
+        order = np.argsort(-np.asarray(scores), kind="stable")[:BUILD_TRIES]
+        ranked[index] = ([legal[i] for i in order], args)
+    chosen, unbuilt = {index: 0 for index in ranked}, 0
+    if builder is not None:
+        chosen, unbuilt = _first_built(ranked, target, builder)
+    memory = ms.database.MemoryDatabase()
+    for index, rank in chosen.items():
+        samples_ranked, args = ranked[index]
         memory.commit_tuning_record(ms.database.TuningRecord(
-            best.trace, memory.commit_workload(task.mod), [PREDICTED_RUN_S], target, args))
-        picked.append(index)
-    return PredictedSchedules(memory, picked)
+            samples_ranked[rank].trace, memory.commit_workload(tasks[index].mod),
+            [PREDICTED_RUN_S], target, args))
+    return PredictedSchedules(memory, sorted(chosen), unbuilt)
+
+
+def _first_built(ranked: dict[int, tuple[list, object]], target,
+                 builder) -> tuple[dict[int, int], int]:
+    """Per task, the rank of its first sample that `builder` builds (tasks none of whose
+    samples build are left out), and how many builds failed. A round builds every task's
+    next sample at once, so the builder's straggler cutoff compares them."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    chosen: dict[int, int] = {}
+    unbuilt = 0
+    for rank in range(BUILD_TRIES):
+        pending = [index for index, (samples, _) in ranked.items()
+                   if index not in chosen and rank < len(samples)]
+        if not pending:
+            break
+        results = builder.build([BuilderInput(ranked[index][0][rank].mod, target)
+                                 for index in pending])
+        for index, result in zip(pending, results, strict=True):
+            if result.error_msg is None:
+                chosen[index] = rank
+                shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
+            else:
+                unbuilt += 1
+    return chosen, unbuilt
+
+
+@contextlib.contextmanager
+def pick_builder(measure):
+    """A builder with the limits of `measure` (a MeasureConfig), for the picks' builds; its
+    worker processes start at the first build and stop on exit."""
+    from harl.measure.builder import PersistentBuilder
+
+    builder = PersistentBuilder(max_workers=measure.builder_workers or local_cpu_count(),
+                                timeout_s=measure.build_timeout_s,
+                                cutoff=measure.straggler_cutoff())
+    try:
+        yield builder
+    finally:
+        builder.shutdown()
 
 
 def with_predicted(database, tasks, wanted: list[int], target, scorer, seed: int = 0,
-                   announce=None) -> tuple[object, list[int]]:
-    """`database`, joined with `scorer`'s picks for the tasks of `wanted` it ranks, and the
-    indices picked. A task it cannot rank keeps TVM's naive nest: a random pick is often slower.
-    `announce(count)` is called before the picking, when there is any."""
+                   announce=None, builder=None) -> tuple[object, PredictedSchedules]:
+    """`database`, joined with `scorer`'s picks for the tasks of `wanted` it ranks (each
+    built first where a `builder` is given), and the picks. A task it cannot rank keeps TVM's
+    naive nest: a random pick is often slower. `announce(count)` is called before the
+    picking, when there is any."""
     from tvm.s_tir import meta_schedule as ms
 
     wanted = [index for index in wanted if scorer.ranks(tasks[index].mod)]
     if not wanted:
-        return database, []
+        return database, PredictedSchedules(ms.database.MemoryDatabase(), [])
     if announce is not None:
         announce(len(wanted))
-    picks = predicted_schedules(tasks, wanted, target, scorer, seed=seed)
-    return ms.database.UnionDatabase(database, picks.database), picks.task_indices
+    picks = predicted_schedules(tasks, wanted, target, scorer, seed=seed, builder=builder)
+    return ms.database.UnionDatabase(database, picks.database), picks
 
 
 def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,

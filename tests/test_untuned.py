@@ -1,6 +1,8 @@
 """Tasks the budget never reached: the cost model's unmeasured picks, kept out of the log."""
 
 import json
+import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -55,6 +57,53 @@ def test_only_tasks_never_measured_get_a_pick():
     for index, run_s in ((0, 1e-3), (2, PREDICTED_RUN_S)):
         best = union.query_tuning_record(tasks[index].mod, target, "main")  # as compile asks
         assert [float(x) for x in best.run_secs] == [run_s]
+
+
+class ScriptedBuilder:
+    """Fails the builds at (round, position in the round); keeps what it was given."""
+
+    def __init__(self, failing: set[tuple[int, int]]):
+        self.failing, self.rounds, self.artifacts = failing, [], []
+
+    def build(self, inputs):
+        from tvm.s_tir.meta_schedule.builder import BuilderResult
+
+        round_ = len(self.rounds)
+        self.rounds.append([item.mod for item in inputs])
+        results = []
+        for position in range(len(inputs)):
+            if (round_, position) in self.failing:
+                results.append(BuilderResult(None, "build abandoned"))
+            else:
+                self.artifacts.append(os.path.join(tempfile.mkdtemp(), "candidate.tar"))
+                results.append(BuilderResult(self.artifacts[-1], None))
+        return results
+
+
+def test_a_pick_that_does_not_build_gives_way_to_the_next_best():
+    target = parse_target(None)
+    load_tensor_intrinsics(target)
+    tasks = [TuningTask("matmul", matmul_module(16), 1.0, 1.0),
+             TuningTask("small", matmul_module(8), 1.0, 1.0),
+             TuningTask("conv", conv2d_module(), 1.0, 1.0)]
+    unchecked = predicted_schedules(tasks, [0, 1, 2], target, CountingScorer(), samples=4)
+    # round 0 builds each task's best: "small" and "conv" fail; round 1 their second best:
+    # "small" fails again, "conv" builds; round 2: "small"'s third fails too
+    builder = ScriptedBuilder({(0, 1), (0, 2), (1, 0), (2, 0)})
+    picks = predicted_schedules(tasks, [0, 1, 2], target, CountingScorer(), samples=4,
+                                builder=builder)
+    assert [len(mods) for mods in builder.rounds] == [3, 2, 1]
+    assert picks.task_indices == [0, 2] and picks.unbuilt == 4
+    assert not any(os.path.exists(os.path.dirname(path)) for path in builder.artifacts)
+
+    def trace_of(found, index):
+        workload = found.database.commit_workload(tasks[index].mod)
+        records = found.database.get_top_k(workload, 1)
+        return str(records[0].trace) if records else None
+
+    assert trace_of(picks, 0) == trace_of(unchecked, 0)  # built at once: the same pick
+    assert trace_of(picks, 2) not in (None, trace_of(unchecked, 2))  # the second best
+    assert trace_of(picks, 1) is None  # none built: TVM's naive nest
 
 
 def three_convs(path):

@@ -104,10 +104,11 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
 def picked_database(work_dir: Path, database, relax_mod, target, say=print):
     """The work dir's database plus, for its tasks without a measured record, the pick of a
     cost model trained on its records (harl/untuned.py), as `python -m harl.tune` builds."""
+    from harl.config import MeasureConfig
     from harl.frontend.tasks import extract_tasks
     from harl.resume import PriorRun
     from harl.search.cost_prior import load_cost_prior
-    from harl.untuned import scorer_from_records, unmeasured_tasks, with_predicted
+    from harl.untuned import pick_builder, scorer_from_records, unmeasured_tasks, with_predicted
 
     tasks = extract_tasks(relax_mod, target)
     prior = PriorRun.read(database, [task.mod for task in tasks])
@@ -115,8 +116,10 @@ def picked_database(work_dir: Path, database, relax_mod, target, say=print):
     used_prior = report.is_file() and json.loads(report.read_text()).get("cost_prior")
     scorer = scorer_from_records(prior, tasks, target,
                                  load_cost_prior(target) if used_prior else None)
-    database, picked = with_predicted(database, tasks, unmeasured_tasks(prior), target, scorer)
-    say(f"bench: {work_dir}: {len(picked)} of {len(tasks)} tasks picked")
+    with pick_builder(MeasureConfig()) as builder:
+        database, picks = with_predicted(database, tasks, unmeasured_tasks(prior), target, scorer,
+                                         builder=builder)
+    say(f"bench: {work_dir}: {len(picks.task_indices)} of {len(tasks)} tasks picked")
     return database
 
 
