@@ -15,9 +15,6 @@ TVM builds use it. Measuring nests costs no trials.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 
 from harl.report.history import TaskStats, trial_latency_s
@@ -70,13 +67,6 @@ def tasks_to_check(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]
             if task.best_s < config.below_s and not math.isfinite(task.naive_s)]
 
 
-def _remove_build_dir(artifact_path: str) -> None:
-    """The artifact's own folder, as MetaSchedule removes a trial's (never the temp root)."""
-    folder = os.path.dirname(artifact_path)
-    if folder and os.path.realpath(folder) != os.path.realpath(tempfile.gettempdir()):
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def measure_naive_nests(tasks, indices: list[int], target, builder, runner, database,
                         stats: list[TaskStats]) -> int:
     """Measure the unscheduled nest of `tasks[indices]`; commit the ones faster than the tuned.
@@ -87,6 +77,8 @@ def measure_naive_nests(tasks, indices: list[int], target, builder, runner, data
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.schedule import ScheduleError
+
+    from harl.measure.builder import remove_build_dir
 
     schedules, schedulable = [], []
     for index in indices:
@@ -110,7 +102,7 @@ def measure_naive_nests(tasks, indices: list[int], target, builder, runner, data
             results = {k: future.result() for k, future in zip(runnable, futures, strict=False)}
     finally:
         for k in runnable:  # MetaSchedule's clean-up callback only sees trials
-            _remove_build_dir(built[k].artifact_path)
+            remove_build_dir(built[k].artifact_path)
     won = 0
     for k, index in enumerate(indices):
         if k not in results:

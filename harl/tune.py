@@ -231,9 +231,11 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
                 f"harl: {count} task(s) were never measured; the cost model picks one of "
                 f"{SAMPLES_PER_TASK} samples for each, built to check (not measured, not in the "
                 "tuning log) ..."))
-    if picks.unbuilt:
-        say(f"harl: {picks.unbuilt} pick(s) did not build within the build limits; the next "
-            "best sample took their place")
+    if picks.failed_builds:
+        say(f"harl: {picks.failed_builds} sampled pick(s) failed to build or were cut off; "
+            "the task's next best took each one's place"
+            + (f" ({picks.unbuilt_tasks} task(s) keep TVM's naive nest: none of their top "
+               "samples built)" if picks.unbuilt_tasks else ""))
     for index in picks.task_indices:
         report.tasks[index].predicted = True
     return database

@@ -8,17 +8,16 @@ a random sample alone is often slower than the naive nest (ResNet-50 at 40 trial
 against 831; the model's picks 642). They live in an in-memory database used for this compile
 only, never in the tuning log, so plain TVM builds from the log do not see them.
 
-Each pick is built first, as a measured candidate is, with the same limits: a sample can be a
-kernel LLVM takes minutes to compile (a RegNet conv vectorised over 28 lanes: 167 s, where the
-whole model's other kernels took 3 s), and the model's compile would pay it. A pick that does
-not build in time gives way to the task's next best.
+Each pick is built first, as a measured candidate is: a sample can be a kernel LLVM takes
+minutes to compile (a RegNet conv vectorised over 28 lanes: 167 s, where the whole model's
+other kernels took 3 s), and the model's compile would pay it. The build timeout is the
+candidates', and the straggler cutoff compares a pick with every pick built before it (all
+tasks' picks, not one task's batch). A pick that fails gives way to the task's next best.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,7 +42,8 @@ PREDICTED_RUN_S = 1e9
 class PredictedSchedules:
     database: object  # ms.database.MemoryDatabase holding one record per task picked
     task_indices: list[int]  # the tasks that got one
-    unbuilt: int = 0  # picks that did not build in time, each replaced by the next best
+    failed_builds: int = 0  # samples whose build failed or was cut off (then the next best)
+    unbuilt_tasks: int = 0  # tasks none of whose top samples built: TVM's naive nest
 
 
 def unmeasured_tasks(prior: PriorRun) -> list[int]:
@@ -65,6 +65,7 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
     """For each task of `tasks` indexed in `wanted`, the sample of its design space that
     `scorer` (a ProgramScorer that ranks those tasks) rates best among `samples` random ones;
     with a `builder`, the best that it builds (of the top `BUILD_TRIES`)."""
+    import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
@@ -80,34 +81,38 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
         seeds = [int(rng.integers(1 << 30)) for _ in range(samples)]
         drawn = schedules_of(task.mod, [sketches[i % len(sketches)] for i in range(samples)],
                              postprocs, seeds, context.num_threads)
-        legal = [sch for sch in drawn if sch is not None]
+        # one of each program: a copy of a sample that failed to build would fail again
+        legal = list({tvm_ffi.structural_hash(sch.mod): sch
+                      for sch in drawn if sch is not None}.values())
         if not legal:
             continue
         args = ArgInfo.from_entry_func(legal[0].mod, remove_preproc=True)
         scores = scorer(context, [MeasureCandidate(sch, args) for sch in legal]).scores
         order = np.argsort(-np.asarray(scores), kind="stable")[:BUILD_TRIES]
         ranked[index] = ([legal[i] for i in order], args)
-    chosen, unbuilt = {index: 0 for index in ranked}, 0
+    chosen, failed_builds = {index: 0 for index in ranked}, 0
     if builder is not None:
-        chosen, unbuilt = _first_built(ranked, target, builder)
+        chosen, failed_builds = _first_built(ranked, target, builder)
     memory = ms.database.MemoryDatabase()
     for index, rank in chosen.items():
         samples_ranked, args = ranked[index]
         memory.commit_tuning_record(ms.database.TuningRecord(
             samples_ranked[rank].trace, memory.commit_workload(tasks[index].mod),
             [PREDICTED_RUN_S], target, args))
-    return PredictedSchedules(memory, sorted(chosen), unbuilt)
+    return PredictedSchedules(memory, sorted(chosen), failed_builds, len(ranked) - len(chosen))
 
 
 def _first_built(ranked: dict[int, tuple[list, object]], target,
                  builder) -> tuple[dict[int, int], int]:
     """Per task, the rank of its first sample that `builder` builds (tasks none of whose
     samples build are left out), and how many builds failed. A round builds every task's
-    next sample at once, so the builder's straggler cutoff compares them."""
+    next sample at once."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
+    from harl.measure.builder import remove_build_dir
+
     chosen: dict[int, int] = {}
-    unbuilt = 0
+    failed = 0
     for rank in range(BUILD_TRIES):
         pending = [index for index, (samples, _) in ranked.items()
                    if index not in chosen and rank < len(samples)]
@@ -118,21 +123,22 @@ def _first_built(ranked: dict[int, tuple[list, object]], target,
         for index, result in zip(pending, results, strict=True):
             if result.error_msg is None:
                 chosen[index] = rank
-                shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
+                remove_build_dir(result.artifact_path)
             else:
-                unbuilt += 1
-    return chosen, unbuilt
+                failed += 1
+    return chosen, failed
 
 
 @contextlib.contextmanager
 def pick_builder(measure):
-    """A builder with the limits of `measure` (a MeasureConfig), for the picks' builds; its
-    worker processes start at the first build and stop on exit."""
+    """A builder with the limits of `measure` (a MeasureConfig), for the picks' builds, whose
+    straggler cutoff counts every pick built before (see the module's docstring); its worker
+    processes start at the first build and stop on exit."""
     from harl.measure.builder import PersistentBuilder
 
     builder = PersistentBuilder(max_workers=measure.builder_workers or local_cpu_count(),
                                 timeout_s=measure.build_timeout_s,
-                                cutoff=measure.straggler_cutoff())
+                                cutoff=measure.straggler_cutoff(), pooled_cutoff=True)
     try:
         yield builder
     finally:

@@ -58,6 +58,16 @@ def test_without_a_cutoff_or_before_any_build_finished_nothing_is_abandoned(pool
     assert all(job.future.result() is None for job in jobs)
 
 
+def test_builds_finished_earlier_give_a_lone_build_its_limit(pool):
+    # as the rounds of the untuned tasks' picks: a round of one build, builds done before it
+    lone = pool.submit(time.sleep, 30)
+    start = time.perf_counter()
+    pool.wait([lone], StragglerCutoff(factor=3, grace_s=1.0), earlier_s=[0.05, 0.1])
+    assert time.perf_counter() - start < 10
+    with pytest.raises(BuildAbandoned, match="abandoned after 1.0 s"):
+        lone.future.result()
+
+
 def test_shutdown_ends_the_builds_in_flight_at_once():
     pool = BuildPool(max_workers=1, timeout_s=60, max_uses=256)
     jobs = [pool.submit(time.sleep, 0.01), pool.submit(time.sleep, 60), pool.submit(time.sleep, 0)]

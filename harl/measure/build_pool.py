@@ -18,7 +18,7 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tvm.support.popen_pool import PopenWorker, kill_child_processes
@@ -163,9 +163,11 @@ class BuildPool:
         return job
 
     def wait(self, jobs: list[BuildJob], cutoff: StragglerCutoff | None,
-             check: Callable[[], None] | None = None, poll_s: float = 0.05) -> None:
+             check: Callable[[], None] | None = None, poll_s: float = 0.05,
+             earlier_s: Sequence[float] = ()) -> None:
         """Until every job has ended; builds past the cutoff are abandoned. `check` runs at
-        every poll (it may raise: an interrupt)."""
+        every poll (it may raise: an interrupt). `earlier_s`: durations of successful builds
+        outside `jobs` that the cutoff counts as the batch's too."""
         pending = [job for job in jobs if not job.future.done()]
         while pending:
             if check is not None:
@@ -173,13 +175,13 @@ class BuildPool:
             concurrent.futures.wait([job.future for job in pending], timeout=poll_s)
             pending = [job for job in pending if not job.future.done()]
             if cutoff is not None:
-                self._abandon_stragglers(jobs, pending, cutoff)
+                self._abandon_stragglers(jobs, pending, cutoff, earlier_s)
 
     def _abandon_stragglers(self, jobs: list[BuildJob], pending: list[BuildJob],
-                            cutoff: StragglerCutoff) -> None:
+                            cutoff: StragglerCutoff, earlier_s: Sequence[float]) -> None:
         # Successful builds only: an instant failure says nothing of how long a build takes.
-        limit = cutoff.limit_s([job.duration_s for job in jobs
-                                if job.succeeded and job.duration_s is not None])
+        limit = cutoff.limit_s([*earlier_s, *(job.duration_s for job in jobs
+                                              if job.succeeded and job.duration_s is not None)])
         if limit is None:
             return
         now = time.perf_counter()

@@ -9,6 +9,7 @@ longer than its batch's others is abandoned (see harl.measure.build_pool).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 
@@ -46,6 +47,13 @@ def build_in_worker(mod, target) -> str:
     return artifact_path
 
 
+def remove_build_dir(artifact_path: str) -> None:
+    """The artifact's own folder, as MetaSchedule removes a trial's (never the temp root)."""
+    folder = os.path.dirname(artifact_path)
+    if folder and os.path.realpath(folder) != os.path.realpath(tempfile.gettempdir()):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @derived_object
 class PersistentBuilder(PyBuilder):
     """Builds candidates in a pool of long-lived worker processes; failures become error results."""
@@ -53,8 +61,12 @@ class PersistentBuilder(PyBuilder):
     def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
                  clock: StageClock | None = None,
                  interrupt: InterruptFlag | None = None,
-                 cutoff: StragglerCutoff | None = None) -> None:
+                 cutoff: StragglerCutoff | None = None, pooled_cutoff: bool = False) -> None:
         super().__init__()
+        self.pooled_cutoff = pooled_cutoff
+        """the cutoff also counts the successful builds of earlier calls (calls of a few
+        builds each, as the rounds of the untuned tasks' picks, still get a limit)"""
+        self._finished_s: list[float] = []
         self.clock = clock
         self.max_workers = max_workers
         self.timeout_s = timeout_s
@@ -74,7 +86,11 @@ class PersistentBuilder(PyBuilder):
         pool = self._get_pool()
         jobs = [pool.submit(build_in_worker, item.mod, item.target) for item in build_inputs]
         pool.wait(jobs, self.cutoff,
-                  check=self.interrupt.check if self.interrupt is not None else None)
+                  check=self.interrupt.check if self.interrupt is not None else None,
+                  earlier_s=self._finished_s)
+        if self.pooled_cutoff:
+            self._finished_s += [job.duration_s for job in jobs
+                                 if job.succeeded and job.duration_s is not None]
         if self.clock is not None:
             self.clock.build_s += time.perf_counter() - start
         return [self._result(job) for job in jobs]

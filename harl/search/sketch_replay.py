@@ -109,7 +109,8 @@ class SketchReplay:
                       max_draws: int) -> list[int]:
         """Of `seeds` and of more drawn after them (`max_draws` in all), the first `count`
         whose samples bind threads within `bounds`. Each round draws what the rate seen so
-        far needs, so a pool of mostly illegal samples costs few rounds."""
+        far needs (a quarter more, so that one more round is rarely wanted), so a pool of
+        mostly illegal samples costs few rounds."""
         kept: list[int] = []
         tried = 0
         while seeds:
@@ -120,7 +121,7 @@ class SketchReplay:
             if missing <= 0 or tried >= max_draws:
                 break
             rate = max(len(kept), 1) / tried
-            seeds = self._seeds(min(max_draws - tried, int(np.ceil(missing / rate))))
+            seeds = self._seeds(min(max_draws - tried, int(np.ceil(1.25 * missing / rate))))
         return kept[:count]
 
     def as_measured(self, sketch, state: State, sch):

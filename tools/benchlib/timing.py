@@ -103,7 +103,9 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
 
 def picked_database(work_dir: Path, database, relax_mod, target, say=print):
     """The work dir's database plus, for its tasks without a measured record, the pick of a
-    cost model trained on its records (harl/untuned.py), as `python -m harl.tune` builds."""
+    cost model trained on its records (harl/untuned.py), as `python -m harl.tune` builds. The
+    picks' builds get the default build limits and seed 0: a run with other `--build-timeout`,
+    straggler settings or `--seed` may have compiled other picks."""
     from harl.config import MeasureConfig
     from harl.frontend.tasks import extract_tasks
     from harl.resume import PriorRun
