@@ -32,12 +32,17 @@ class CountingScorer:
         return Evaluation(np.arange(len(candidates), dtype=float))
 
 
-def test_only_tasks_never_measured_get_a_pick():
+def three_tasks(second: str):
+    """This CPU's target and three small tasks (the second named `second`)."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
-    tasks = [TuningTask("matmul", matmul_module(16), 1.0, 1.0),
-             TuningTask("failed", matmul_module(8), 1.0, 1.0),
-             TuningTask("conv", conv2d_module(), 1.0, 1.0)]
+    return target, [TuningTask("matmul", matmul_module(16), 1.0, 1.0),
+                    TuningTask(second, matmul_module(8), 1.0, 1.0),
+                    TuningTask("conv", conv2d_module(), 1.0, 1.0)]
+
+
+def test_only_tasks_never_measured_get_a_pick():
+    target, tasks = three_tasks("failed")
     database = ms.database.MemoryDatabase()
     mods = [task.mod for task in tasks]
     assert unmeasured_tasks(PriorRun.read(database, mods)) == [0, 1, 2]
@@ -81,11 +86,7 @@ class ScriptedBuilder:
 
 
 def test_a_pick_that_does_not_build_gives_way_to_the_next_best():
-    target = parse_target(None)
-    load_tensor_intrinsics(target)
-    tasks = [TuningTask("matmul", matmul_module(16), 1.0, 1.0),
-             TuningTask("small", matmul_module(8), 1.0, 1.0),
-             TuningTask("conv", conv2d_module(), 1.0, 1.0)]
+    target, tasks = three_tasks("small")
     unchecked = predicted_schedules(tasks, [0, 1, 2], target, CountingScorer(), samples=4)
     # round 0 builds each task's best: "small" and "conv" fail; round 1 their second best:
     # "small" fails again, "conv" builds; round 2: "small"'s third fails too
