@@ -17,13 +17,9 @@ from harl.agents.model_trust import TrustBoard
 from harl.agents.tile_policy import FEATURE_DIM
 from harl.agents.tile_tuner import Evaluation
 from harl.search import trace_sites
-from harl.search.harl_search import (
-    HarlSearchConfig,
-    HarlSearchStrategy,
-    fresh_count,
-    tunable_insts,
-)
+from harl.search.harl_search import HarlSearchStrategy, tunable_insts
 from harl.search.program_scorer import ProgramScorer
+from harl.search.search_config import HarlSearchConfig, fresh_count
 from harl.search.sketch_replay import SketchReplay
 from harl.search.trace_sites import schedules_of, site_kind, state_of, with_state
 from harl.target import parse_target

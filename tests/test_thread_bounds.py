@@ -171,7 +171,8 @@ def test_the_search_proposes_the_same_cuda_candidates_and_replays_fewer(monkeypa
 
     from harl.agents.tile_tuner import TileTunerConfig
     from harl.search import harl_search
-    from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
+    from harl.search.harl_search import HarlSearchStrategy
+    from harl.search.search_config import HarlSearchConfig
 
     short = HarlSearchConfig(tile=TileTunerConfig(trajectory_length=2, proposals_per_step=4),
                              bounded_draws=1)  # no draws in place of the skipped: same seeds

@@ -30,7 +30,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks
 from harl.report.metrics import MetricsLogger
-from harl.search.harl_search import HarlSearchConfig
+from harl.search.search_config import HarlSearchConfig
 from harl.search.sketch_replay import SketchReplay
 from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import schedules_of, with_state

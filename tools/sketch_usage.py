@@ -28,7 +28,7 @@ def sketch_usage(work_dir: Path, min_records: int = 1) -> list[dict]:
     from harl.frontend.tasks import task_flop
     from harl.naive_nests import is_naive_trace
     from harl.resume import FAILED_RUN_SECS, record_latency_s
-    from harl.search.harl_search import HarlSearchConfig
+    from harl.search.search_config import HarlSearchConfig
     from harl.search.sketches import sketch_traces
     from harl.search.stored_elites import stored_elites
     from harl.target import local_cpu_count

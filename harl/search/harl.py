@@ -13,8 +13,9 @@ from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search import SearchPlan
 from harl.search.cost_prior import CostPrior
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
-from harl.search.harl_search import HarlSearchConfig, HarlSearchStrategy
+from harl.search.harl_search import HarlSearchStrategy
 from harl.search.program_scorer import ProgramScorer
+from harl.search.search_config import HarlSearchConfig
 
 
 def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:

@@ -1,0 +1,75 @@
+"""The per-task search's hyperparameters, and how a batch splits between fresh samples and
+refinements (harl.search.harl_search uses them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harl.agents.sketch_chooser import SketchConfig
+from harl.agents.tile_tuner import TileTunerConfig
+
+
+@dataclass(frozen=True)
+class HarlSearchConfig:
+    """Hyperparameters of the per-task search (middle and low levels)."""
+
+    sketch: SketchConfig = field(default_factory=SketchConfig)
+    tile: TileTunerConfig = field(default_factory=TileTunerConfig)
+    elites_per_sketch: int = 4
+    """best measured states each sketch keeps as trajectory starts"""
+    fresh_samples: int = 4
+    """fresh samples per sketch and batch that start trajectories (the pool's best predicted)"""
+    fresh_pool: int = 64
+    """random samples drawn per sketch and batch once a cost model ranks the task (the run's
+    once it has learned, or the prior), until the sketch has a measured elite: it scores them
+    all, and with enough trust the sketch's first candidates are measured from the top of the
+    pool (a model that ranks only moderately well still enriches the top of a broad pool far
+    more than a local search can)"""
+    refine_pool: int = 32
+    """the same pool once the sketch has measured elites: the pool's best then start a few
+    trajectories and supply the batch's fresh share, at most half of the sketch's candidates.
+    Paired runs (docs/benchmarks.md, session 26) tuned as well or slightly better with 32 as
+    with 64 and searched 5-9% faster"""
+    bounded_draws: int = 8
+    """on a GPU sketch with thread bounds, samples drawn per fresh sample wanted, at most:
+    those outside the bounds (most of a conv's, which a postproc would reject) are replaced
+    by more draws, so the cost model chooses among legal schedules, as MetaSchedule's
+    evolutionary search samples until its population is legal"""
+    screen_trust: float = 0.3
+    """trust (see `trust_window`) from which the cost model chooses which fresh samples are
+    measured"""
+    trust_window: int = 24
+    """a task's latest measured candidates on which the cost model's ranking is judged (its
+    trust: rank correlation of predicted and measured); the batch's share measured from fresh
+    samples is at least 1 - trust, up to `max_fresh_share`"""
+    max_fresh_share: float = 0.5
+    """once a sketch has measured elites, at most this share of its candidates are fresh
+    samples; the rest refine the elites, even before the cost model ranks well (neighbours of
+    good schedules are often good: the prior MetaSchedule's mutations rely on)"""
+    serial_max_flop: float = 2e6
+    """tasks of at most this many floating-point operations also get each sketch without its
+    parallel annotation (one thread): waking the thread pool costs microseconds, a large share of
+    a small kernel, and MetaSchedule's CPU space has no serial schedule. The sketch chooser
+    learns which kind wins; larger tasks keep only TVM's sketches (a serial one would be
+    measured only to lose)"""
+    outlook_samples: int = 16
+    """fresh samples per measured sketch the cost model scores before each batch (once it ranks
+    the task), for the sketch chooser's predicted outlook of the sketch (see
+    `SketchChooser.predict`)"""
+    fill_rounds: int = 4
+    """rounds of drawing a batch: a round short of candidates (random samples that fail the
+    postprocs, states measured before) is topped up by the next. An empty batch ends the task
+    for good in MetaSchedule, so a few unlucky samples must not empty it"""
+
+
+def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
+                max_share: float) -> int:
+    """How many of a sketch's `count` candidates are fresh samples.
+
+    All of them until the sketch has a measured elite; then 1 - trust of them (a model that
+    ranks badly steers little), at least the tile tuner's adaptive share and at most `max_share`
+    (the rest refine the elites, whatever the model's trust).
+    """
+    if not has_elites:
+        return count
+    return int(round(count * min(max_share, max(tuner_share, 1.0 - trust))))
