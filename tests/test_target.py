@@ -1,5 +1,8 @@
 """--target parsing."""
 
+import contextlib
+import importlib
+import inspect
 import subprocess
 import sys
 
@@ -8,7 +11,11 @@ from conftest import ROOT, matmul_module
 
 from harl.errors import HarlError
 from harl.target import is_gpu, local_cpu_count, parse_target
-from harl.tvm_env import intrinsic_sets, load_tensor_intrinsics
+from harl.tvm_env import (
+    _frames_of_no_file_skip_the_module_scan,
+    intrinsic_sets,
+    load_tensor_intrinsics,
+)
 
 
 def test_default_is_this_cpu():
@@ -97,3 +104,32 @@ print(sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("tvm.s_tir
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[-2] == "['x86']"
+
+
+PROBE = """
+import inspect
+def frames():
+    return [(f.filename, f.lineno, f.function, f.code_context,
+             getattr(inspect.getmodule(f.frame), "__name__", None)) for f in inspect.stack()]
+exec(compile("STACK = frames()", "<string>", "exec"))
+"""
+
+
+def stack_seen_while_importing(shortcut: bool) -> list:
+    """inspect.stack() and each frame's module, as TVMScript sees them inside an import."""
+    sys.modules.pop("stack_probe", None)
+    with _frames_of_no_file_skip_the_module_scan() if shortcut else contextlib.nullcontext():
+        return importlib.import_module("stack_probe").STACK
+
+
+def test_the_intrinsics_stack_walks_see_what_a_full_module_scan_sees(tmp_path, monkeypatch):
+    (tmp_path / "stack_probe.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(tmp_path)
+    scanning_getmodule = inspect.getmodule
+    plain, shortcut = (stack_seen_while_importing(s) for s in (False, True))
+    assert inspect.getmodule is scanning_getmodule  # put back after the import
+    assert shortcut == plain
+    no_file = [f for f in plain if f[0].startswith("<")]
+    assert {"<string>", "<frozen importlib._bootstrap>"} <= {f[0] for f in no_file}
+    assert all(f[4] is None for f in no_file)
+    assert plain[0][4] == "stack_probe"  # the probe's own frame has its module
