@@ -46,7 +46,8 @@ def test_a_dead_server_costs_only_its_candidate_and_a_dead_farm_stops(tmp_path, 
     inputs = [RunnerInput(artifact, "cpu", args_info) for _ in range(4)]
     with loopback_farm(tmp_path, servers=2, key="test-cpu") as (port, records):
         servers = [r for r in records if r.role == "server"]
-        rpc = RpcConfig("127.0.0.1", port, "test-cpu", session_timeout_s=60)
+        # Both servers are killed below and none comes back: no need to wait 15 s for one.
+        rpc = RpcConfig("127.0.0.1", port, "test-cpu", session_timeout_s=60, lost_wait_s=2)
         runner = FarmRunner(rpc, slow, workers=2)
         try:
             futures = runner.run(inputs)

@@ -9,7 +9,6 @@ from harl.errors import HarlError
 from harl.farm.farm import alive_processes, down, up
 from harl.farm.state import farm_dir, load_state, state_path
 from harl.farm.tracker import key_statuses, tracker_summary
-from harl.target import gpu_visible
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,14 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "up":
-            no_fork = gpu_visible() if args.fork is None else not args.fork
+            no_fork = None if args.fork is None else not args.fork  # None: up() asks TVM
             state = up(args.servers, args.key, args.host, args.port, no_fork=no_fork)
             cores = [s.core for s in state.servers]
             pinning = ("pinned to cores " + ", ".join(map(str, cores))
                        if None not in cores else "unpinned (more servers than cores)")
             print(f"farm up: tracker {state.host}:{state.port}, {len(state.servers)} servers "
                   f"under key {state.key!r}, {pinning}"
-                  + (", each session a spawned process (--no-fork)" if no_fork else ""))
+                  + (", each session a spawned process (--no-fork)" if state.no_fork else ""))
             print(f"tune with: python -m harl.tune MODEL.onnx --rpc-tracker "
                   f"{state.host}:{state.port} --rpc-key {state.key}")
             return 0

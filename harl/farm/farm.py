@@ -1,9 +1,10 @@
 """A loopback device farm: TVM's own RPC tracker and servers as detached background processes.
 
-`up` starts `python -m tvm.exec.rpc_tracker` and N `python -m tvm.exec.rpc_server`, each in its own
-session (process group) so it outlives the shell, each server pinned to its own core where there
-are enough cores, and writes what it started to the state file. `down` stops every process group
-it recorded and waits until they are gone.
+`up` starts `python -m tvm.exec.rpc_tracker` and, once it listens, N `python -m tvm.exec.rpc_server`
+(both without torch: harl.farm.launch), each in its own session (process group) so it outlives
+the shell, each server pinned to its own core where there are enough cores, and writes what it
+started to the state file. `down` stops every process group it recorded and waits until they are
+gone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -63,7 +65,8 @@ def _spawn(role: str, args: list[str], log: Path, port: int, core: int | None) -
             os.sched_setaffinity(0, {core})
 
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", "harl.farm.launch", *args],
+                                stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=pin, close_fds=True)
     return ProcessRecord(role=role, pid=proc.pid, port=port, log=str(log), core=core,
@@ -111,8 +114,6 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
     if not _port_is_free(host, port):
         raise HarlError(f"port {host}:{port} is in use; pick another with --port")
     directory.mkdir(parents=True, exist_ok=True)
-    if no_fork is None:
-        no_fork = gpu_visible()
 
     tracker = _spawn("tracker", ["tvm.exec.rpc_tracker", "--host", host, "--port", str(port),
                                  "--port-end", str(port + 1), "--silent"],
@@ -120,6 +121,11 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
     state = FarmState(host=host, port=port, key=key, processes=[tracker])
     save_state(state, directory)
     try:
+        if no_fork is None:  # imports TVM (seconds) while the tracker starts
+            no_fork = gpu_visible()
+        state = replace(state, no_fork=no_fork)
+        # A server that finds no tracker retries only after 5 s: start them once it listens.
+        _wait_until_listening(tracker, host, port)
         for index, core in enumerate(server_cores(n_servers)):
             server_port = free_port(host)
             state.processes.append(_spawn(
@@ -131,6 +137,19 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
         down(directory)
         raise
     return state
+
+
+def _wait_until_listening(tracker: ProcessRecord, host: str, port: int) -> None:
+    deadline = time.monotonic() + TRACKER_START_S
+    while time.monotonic() < deadline:
+        if not _alive(tracker):
+            raise HarlError(f"farm tracker (pid {tracker.pid}) exited at start; "
+                            f"see {tracker.log}")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
+            return
+        time.sleep(0.1)
+    raise HarlError(f"farm tracker did not listen on {host}:{port} within "
+                    f"{TRACKER_START_S:.0f} s; see {tracker.log}")
 
 
 def _wait_until_registered(state: FarmState) -> None:

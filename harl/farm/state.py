@@ -38,6 +38,7 @@ class FarmState:
     port: int
     key: str
     processes: list[ProcessRecord] = field(default_factory=list)
+    no_fork: bool = False  # the servers spawn a process per session instead of forking
 
     @property
     def tracker(self) -> ProcessRecord:
