@@ -56,8 +56,10 @@ def _frames_of_no_file_skip_the_module_scan():
     TVMScript calls `inspect.stack()` for every function it parses (CUDA's set: 376 times),
     and for a frame of `<frozen importlib._bootstrap>` (or `<string>`, `<ast>`) getmodule
     scans all of `sys.modules` before it returns None: with torch loaded (2,000 modules)
-    that was 30 s of CUDA's 36, and 60 of 68 s inside pytest. The answer is the same None
-    (such a frame has no module file and no `__name__` for getmodule's last check).
+    that was 30 s of CUDA's 36, and 60 of 68 s inside pytest. The scan finds a module only
+    where one's `__file__` is such a name itself (`__main__` of `python - < script.py`);
+    either way, what TVMScript reads of the stack (file names, no source lines for them)
+    is the same.
     """
     scanning_getmodule = inspect.getmodule
 
@@ -71,7 +73,8 @@ def _frames_of_no_file_skip_the_module_scan():
     try:
         yield
     finally:
-        inspect.getmodule = scanning_getmodule
+        if inspect.getmodule is getmodule:  # not another thread's, set in the meantime
+            inspect.getmodule = scanning_getmodule
 
 
 def quiet_tvm_loggers(log_file=None) -> None:

@@ -6,7 +6,7 @@ import socket
 import psutil
 from farm_util import farm_cli, leftovers, loopback_farm, recorded_processes
 
-from harl.farm.farm import down, free_port, server_args, up
+from harl.farm.farm import down, free_port, group_members, server_args, up
 from harl.farm.tracker import count_servers
 
 
@@ -31,6 +31,11 @@ def test_up_status_down(tmp_path):
             listening += [c.laddr for child in psutil.Process(record.pid).children(True)
                           for c in child.net_connections() if c.status == psutil.CONN_LISTEN]
             assert listening and all(addr.ip == "127.0.0.1" for addr in listening)
+        # No farm process (popen workers included) loaded torch: each would take seconds more.
+        farm_processes = [proc for record in records for proc in group_members(record)]
+        assert len(farm_processes) >= 6  # the tracker, two servers and a popen worker each
+        assert not [proc.cmdline() for proc in farm_processes
+                    if any("libtorch" in m.path for m in proc.memory_maps())]
 
         status = farm_cli(tmp_path, "status")
         assert status.returncode == 0, status.stderr

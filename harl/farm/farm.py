@@ -1,10 +1,10 @@
 """A loopback device farm: TVM's own RPC tracker and servers as detached background processes.
 
 `up` starts `python -m tvm.exec.rpc_tracker` and, once it listens, N `python -m tvm.exec.rpc_server`
-(both without torch: harl.farm.launch), each in its own session (process group) so it outlives
-the shell, each server pinned to its own core where there are enough cores, and writes what it
-started to the state file. `down` stops every process group it recorded and waits until they are
-gone.
+(all without torch, which TVM imports whenever it is installed), each in its own session (process
+group) so it outlives the shell, each server pinned to its own core where there are enough cores,
+and writes what it started to the state file. `down` stops every process group it recorded and
+waits until they are gone.
 """
 
 from __future__ import annotations
@@ -55,8 +55,24 @@ def server_cores(n_servers: int) -> list[int | None]:
     return cores[:n_servers]
 
 
+def _without_torch(directory: Path) -> str:
+    """A folder whose `torch` package fails to import, for the farm's PYTHONPATH.
+
+    tvm_ffi imports torch whenever it is installed (2.7 of `import tvm`'s 5.2 s on the 2-core
+    hosts); a tracker, a server and their popen workers and sessions never use it, and a farm
+    starts several at once on the same few cores. On the path, it reaches every descendant.
+    """
+    stub = directory / "without-torch"
+    (stub / "torch").mkdir(parents=True, exist_ok=True)
+    (stub / "torch" / "__init__.py").write_text(
+        'raise ImportError("harl.farm runs TVM\'s tracker and servers without torch")\n')
+    return str(stub)
+
+
 def _spawn(role: str, args: list[str], log: Path, port: int, core: int | None) -> ProcessRecord:
     env = dict(os.environ)
+    paths = [_without_torch(log.parent), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     if core is not None:
         env["TVM_NUM_THREADS"] = "1"  # the runtime's thread pool matches the one core it gets
 
@@ -65,8 +81,7 @@ def _spawn(role: str, args: list[str], log: Path, port: int, core: int | None) -
             os.sched_setaffinity(0, {core})
 
     with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "harl.farm.launch", *args],
-                                stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, preexec_fn=pin, close_fds=True)
     return ProcessRecord(role=role, pid=proc.pid, port=port, log=str(log), core=core,
@@ -131,7 +146,7 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
             state.processes.append(_spawn(
                 "server", server_args(host, server_port, port, key, no_fork),
                 directory / f"server-{index}.log", server_port, core))
-        save_state(state, directory)
+            save_state(state, directory)  # so that `down` below finds every one started
         _wait_until_registered(state)
     except BaseException:
         down(directory)
