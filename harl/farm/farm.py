@@ -55,8 +55,8 @@ def server_cores(n_servers: int) -> list[int | None]:
     return cores[:n_servers]
 
 
-def _without_torch(directory: Path) -> str:
-    """A folder whose `torch` package fails to import, for the farm's PYTHONPATH.
+def _environment_without_torch(directory: Path) -> dict[str, str]:
+    """This environment with a folder first on PYTHONPATH whose `torch` fails to import.
 
     tvm_ffi imports torch whenever it is installed (2.7 of `import tvm`'s 5.2 s on the 2-core
     hosts); a tracker, a server and their popen workers and sessions never use it, and a farm
@@ -66,13 +66,14 @@ def _without_torch(directory: Path) -> str:
     (stub / "torch").mkdir(parents=True, exist_ok=True)
     (stub / "torch" / "__init__.py").write_text(
         'raise ImportError("harl.farm runs TVM\'s tracker and servers without torch")\n')
-    return str(stub)
-
-
-def _spawn(role: str, args: list[str], log: Path, port: int, core: int | None) -> ProcessRecord:
     env = dict(os.environ)
-    paths = [_without_torch(log.parent), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(stub), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _spawn(role: str, args: list[str], log: Path, port: int, core: int | None,
+           base_env: dict[str, str]) -> ProcessRecord:
+    env = dict(base_env)
     if core is not None:
         env["TVM_NUM_THREADS"] = "1"  # the runtime's thread pool matches the one core it gets
 
@@ -129,10 +130,11 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
     if not _port_is_free(host, port):
         raise HarlError(f"port {host}:{port} is in use; pick another with --port")
     directory.mkdir(parents=True, exist_ok=True)
+    env = _environment_without_torch(directory)
 
     tracker = _spawn("tracker", ["tvm.exec.rpc_tracker", "--host", host, "--port", str(port),
                                  "--port-end", str(port + 1), "--silent"],
-                     directory / "tracker.log", port, None)
+                     directory / "tracker.log", port, None, env)
     state = FarmState(host=host, port=port, key=key, processes=[tracker])
     save_state(state, directory)
     try:
@@ -145,7 +147,7 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
             server_port = free_port(host)
             state.processes.append(_spawn(
                 "server", server_args(host, server_port, port, key, no_fork),
-                directory / f"server-{index}.log", server_port, core))
+                directory / f"server-{index}.log", server_port, core, env))
             save_state(state, directory)  # so that `down` below finds every one started
         _wait_until_registered(state)
     except BaseException:
