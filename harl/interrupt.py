@@ -99,13 +99,23 @@ class InterruptibleRunner(PyRunner):
 
     def run(self, runner_inputs):
         if getattr(self.inner, "returns_pending_futures", False):
-            self.flag.check()
+            self._check(runner_inputs)
             return self.inner.run(runner_inputs)
         futures = []
-        for runner_input in runner_inputs:
-            self.flag.check()
+        for position, runner_input in enumerate(runner_inputs):
+            self._check(runner_inputs[position:])
             futures.extend(self.inner.run([runner_input]))
         return futures
+
+    def _check(self, not_run) -> None:
+        """Raise after Ctrl-C, removing the artifacts of `not_run` first: MetaSchedule removes
+        a candidate's build folder only once its result is in, which these never reach."""
+        if self.flag.requested:
+            from harl.measure.builder import remove_build_dir  # it imports this module
+
+            for runner_input in not_run:
+                remove_build_dir(str(runner_input.artifact_path))
+            self.flag.check()
 
 
 @derived_object

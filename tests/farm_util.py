@@ -16,7 +16,9 @@ from harl.farm.state import ProcessRecord
 
 
 def farm_cli(farm_dir: Path, *args, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARL_FARM_DIR": str(farm_dir)}
+    # A server killed by a test leaves its session's temp folder: keep it in the test's.
+    (farm_dir / "tmp").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "HARL_FARM_DIR": str(farm_dir), "TMPDIR": str(farm_dir / "tmp")}
     return subprocess.run([sys.executable, "-m", "harl.farm", *map(str, args)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -13,7 +13,7 @@ import tvm
 from conftest import matmul_module
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-from harl.measure.builder import PersistentBuilder
+from harl.measure.builder import PersistentBuilder, remove_build_dir
 from harl.measure.cuda_build import (
     FATBIN_MAGIC,
     LIBRARY_SYMBOL,
@@ -90,6 +90,15 @@ def test_cuda_candidate_builds_to_a_library_with_fatbin_device_code(cuda_target,
         builder.shutdown()
     for result in results:
         assert result.error_msg is None, result.error_msg
+    try:
+        check_fatbin_libraries(results)
+    finally:
+        for result in results:
+            remove_build_dir(result.artifact_path)
+
+
+def check_fatbin_libraries(results) -> None:
+    for result in results:
         assert result.artifact_path.endswith(".so")  # no compiler needed where it is loaded
 
         library = parse_library_blob(library_blob(result.artifact_path))
@@ -152,6 +161,7 @@ def test_built_candidate_runs_on_the_gpu(cuda_target):
         builder.shutdown()
     assert result.error_msg is None, result.error_msg
     module = tvm.runtime.load_module(result.artifact_path)
+    remove_build_dir(result.artifact_path)  # loaded: the library stays mapped
     a, b = (np.random.default_rng(k).standard_normal((64, 64)).astype("float32") for k in (0, 1))
     c = tvm.runtime.tensor(np.zeros((64, 64), "float32"), device)
     module["main"](tvm.runtime.tensor(a, device), tvm.runtime.tensor(b, device), c)

@@ -37,13 +37,15 @@ class FakeBuilder(PyBuilder):
         super().__init__()
         self.starts: list[float] = []
         self.ctrl_c_at = ctrl_c_at  # press Ctrl-C during this batch's build (1: the first)
+        self.folders: list[str] = []  # each candidate's build folder
 
     def build(self, build_inputs):
         self.starts.append(time.monotonic())
         if len(self.starts) == self.ctrl_c_at:
             os.kill(os.getpid(), signal.SIGINT)  # harl's handler only sets the loop's flag
-        return [BuilderResult(os.path.join(tempfile.mkdtemp(prefix="harl_fake_"), "x.tar"), None)
-                for _ in build_inputs]
+        folders = [tempfile.mkdtemp(prefix="harl_fake_") for _ in build_inputs]
+        self.folders.extend(folders)
+        return [BuilderResult(os.path.join(folder, "x.tar"), None) for folder in folders]
 
 
 @derived_object
@@ -70,14 +72,14 @@ class PendingRunner(PyRunner):
                 for _ in runner_inputs]
 
 
-def tune(tmp_path, sizes, max_in_flight, trials=12, ctrl_c_at=0):
+def tune(tmp_path, sizes, max_in_flight, trials=12, builder=None):
     target = parse_target(None)
     load_tensor_intrinsics(target)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=0, max_in_flight=max_in_flight)
     plan = SearchPlan(task_scheduler=scheduler, cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace(),
                       measure_callbacks=[AllocatorFeedback(scheduler)])
-    builder, runner = FakeBuilder(ctrl_c_at), PendingRunner()
+    builder, runner = builder if builder is not None else FakeBuilder(), PendingRunner()
     tasks = [TuningTask(f"matmul{n}", matmul_module(n), 1.0, 2 * n**3) for n in sizes]
     try:
         _, stats = tune_tasks(tasks, target, plan, tmp_path,
@@ -119,11 +121,15 @@ def test_a_single_task_waits_for_its_own_measurement(tmp_path):
 
 def test_ctrl_c_still_records_the_batch_left_in_measurement(tmp_path):
     # Ctrl-C while the second task's batch builds: the first's is still on the fake farm.
+    builder = FakeBuilder(ctrl_c_at=2)
     with pytest.raises(KeyboardInterrupt):
-        tune(tmp_path, (16, 24), max_in_flight=1, ctrl_c_at=2)
+        tune(tmp_path, (16, 24), max_in_flight=1, builder=builder)
     history = (tmp_path / "history.csv").read_text().splitlines()[1:]
     records = (tmp_path / "database_tuning_record.json").read_text().splitlines()
     assert len(history) == len(records) == 2
+    # the second batch is never measured; its build folders go all the same
+    assert len(builder.folders) == 4
+    assert not [folder for folder in builder.folders if os.path.exists(folder)]
 
 
 def test_default_batch_visits_each_task_about_twice_in_three_batches_or_more():

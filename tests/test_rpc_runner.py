@@ -15,7 +15,7 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RunnerInput
 
 from harl.config import RpcConfig
 from harl.farm.tracker import count_servers, key_statuses, tracker_summary
-from harl.measure.builder import PersistentBuilder
+from harl.measure.builder import PersistentBuilder, remove_build_dir
 from harl.measure.rpc import FarmLostError, FarmRunner
 from harl.target import parse_target
 
@@ -29,7 +29,8 @@ def matmul_artifact():
     finally:
         builder.shutdown()
     assert result.error_msg is None
-    return result.artifact_path, ArgInfo.from_prim_func(mod["main"])
+    yield result.artifact_path, ArgInfo.from_prim_func(mod["main"])
+    remove_build_dir(result.artifact_path)
 
 
 def wait_until_busy(port: int, key: str, busy: int, timeout: float = 60) -> None:
