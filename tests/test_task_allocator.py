@@ -1,6 +1,7 @@
 """The task allocator on synthetic task landscapes with known headroom."""
 
 import numpy as np
+import pytest
 
 from harl.agents.task_allocator import AllocatorConfig, TaskAllocator
 
@@ -134,10 +135,31 @@ def test_a_known_task_whose_nest_is_slow_is_tuned_first():
     assert allocator.select() == 1
 
 
+def test_a_nest_replaced_lends_no_optimism_and_a_slow_nest_goes_before_second_visits():
+    # MobileNet-V3's case: a classifier whose nest took a third of the model is tuned in one
+    # batch; that reward must not make every task visited once look worth a second batch.
+    allocator = TaskAllocator([1.0] * 4, [1e7, 1e7, 1e6, 1e6], AllocatorConfig(), seed=0)
+    allocator.know_latency(2, 0.8e-3)  # a slow depthwise conv's nest
+    allocator.know_latency(3, 10e-3)  # the classifier's nest
+    allocator.update(allocator.select(), 2, 1e-3)  # the two unknown tasks' first visits
+    allocator.update(allocator.select(), 2, 1e-3)
+    assert allocator.select() == 3  # the largest share of the estimate
+    reward = allocator.update(3, 2, 0.1e-3)
+    assert reward > 0.3 and allocator.tasks[3].gain is None  # a first visit: no gain learned
+    assert allocator.tasks[3].nest_drop == pytest.approx(0.99)
+    assert allocator.expected_nest_drop() == pytest.approx((0.5 * 2 + 0.99) / 3)
+    # 0.8 of 2.9 ms, expected to lose 2/3 of it in one batch, against 1 of 2.9 ms visited
+    # twice and unobserved since: valued at the largest gain learned (none yet)
+    assert allocator.select() == 2
+
+
 def test_known_latencies_survive_the_checkpoint():
     allocator = TaskAllocator([1.0, 1.0], [1.0, 1.0], AllocatorConfig())
     allocator.know_latency(1, 1e-6)
     restored = TaskAllocator([1.0, 1.0], [1.0, 1.0], AllocatorConfig())
     assert restored.load_json(allocator.to_json())
     assert restored.tasks[1].known and restored.tasks[1].best_s == 1e-6
-    assert restored.tasks[1].gain == 0.0 and restored.tasks[0].gain is None
+    assert restored.tasks[1].gain is None and restored.tasks[0].gain is None
+    allocator.update(1, 2, 0.25e-6)
+    assert restored.load_json(allocator.to_json())
+    assert restored.tasks[1].nest_drop == pytest.approx(0.75)

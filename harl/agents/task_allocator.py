@@ -11,9 +11,15 @@ starved in favour of small tasks that keep improving by crumbs.
 Every task is visited once before learning starts, and a task whose gain has not been observed
 yet counts as good as the best, so none is starved. A task whose latency is known before tuning
 (TVM's unscheduled loop nest, measured outside the budget) owes no first visit: it starts with
-that latency as its best and no learned gain, so only its share of the end-to-end estimate
-speaks for it, and a task whose nest is a sliver of the model waits until the large ones have
-had their trials.
+that latency as its best, and until its first batch its gain is what such a batch is expected
+to buy: its share of the end-to-end estimate times the part of a nest's latency first batches
+have removed so far in the run (a prior until some have), per trial. A nest that is a sliver of
+the model waits until the large tasks have had their trials; a slow one (a depthwise conv run
+at a few GFLOP/s) is not left behind them. That first batch is the task's first visit: what it
+bought (a tuned kernel in place of the nest, often 80-90% of it) says nothing of what the next
+batches of any task will buy, so it sets neither the task's learned gain nor the optimism that
+unobserved tasks borrow (one such batch on MobileNet-V3 made every other task's second batch
+look worth several times what it bought).
 """
 
 from __future__ import annotations
@@ -38,6 +44,11 @@ class AllocatorConfig:
     the learned gain noisy, and it then chased small tasks. 0.2 -> 1.0: SqueezeNet's end-to-end
     estimate 15% lower on average, better in 5 of 6 seeds; the 5-task CNN even, 3 of 6 (see
     docs/benchmarks.md). MetaSchedule weighs its forward term 0.8, its backward 0.2."""
+    nest_drop_prior: float = 0.5
+    """the part of a nest's latency a task's first batch is expected to remove, before any such
+    batch of the run is seen (observed: 0.25-0.67 on average per model, medians 0.2-0.8)"""
+    nest_drop_prior_weight: float = 2.0
+    """how many observed first batches the prior counts as"""
 
 
 @dataclass
@@ -52,6 +63,7 @@ class TaskState:
     gain: float | None = None  # learned end-to-end gain per trial (relative); None: unobserved
     finished: bool = False
     known: bool = False  # best_s was measured before tuning: no first visit owed
+    nest_drop: float | None = None  # a known task's: the part of its nest its first batch removed
 
 
 class TaskAllocator:
@@ -95,20 +107,33 @@ class TaskAllocator:
         share = task.weight * task.best_s / total if total > 0 and math.isfinite(
             task.best_s) else 1.0  # every candidate so far failed: all still to buy
         chance = share / max(1, task.trials)
-        gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
+        if task.known and task.batches == 0:
+            gain = share * self.expected_nest_drop() / self._trials_per_batch()
+        else:
+            gain = gain_scale if task.gain is None else task.gain  # optimism when unobserved
         return gain + self.config.forward_weight * chance
+
+    def expected_nest_drop(self) -> float:
+        """The part of a nest's latency a first batch removes: the prior, then this run's."""
+        drops = [t.nest_drop for t in self.tasks if t.nest_drop is not None]
+        weight = self.config.nest_drop_prior_weight
+        return (self.config.nest_drop_prior * weight + sum(drops)) / (weight + len(drops))
+
+    def _trials_per_batch(self) -> float:
+        batches = sum(t.batches for t in self.tasks)
+        return sum(t.trials for t in self.tasks) / batches if batches else 1.0
 
     def know_latency(self, task_id: int, latency_s: float) -> None:
         """A latency of the task measured outside the trials: its best so far. Before its first
-        batch, the task owes no visit and its learned gain starts at nothing, not at the
-        optimistic best (which would buy every small task a batch)."""
+        batch, the task owes no visit, and its gain is what a first batch is expected to buy
+        of its share (`_value`), not the optimistic best (which would buy every small task a
+        batch)."""
         task = self.tasks[task_id]
         if not math.isfinite(latency_s):
             return
         task.best_s = min(task.best_s, latency_s)
         if task.batches == 0:
             task.known = True
-            task.gain = 0.0 if task.gain is None else task.gain
 
     def update(self, task_id: int, trials: int, best_s: float) -> float:
         """Record a finished batch of `trials` whose task best is now `best_s`; returns reward."""
@@ -121,6 +146,9 @@ class TaskAllocator:
         if not math.isfinite(previous_best) or before <= 0 or trials <= 0:
             return 0.0
         reward = task.weight * (previous_best - task.best_s) / before / trials
+        if task.known and task.batches == 1:  # its first visit: see the module's docstring
+            task.nest_drop = 1.0 - task.best_s / previous_best
+            return reward
         decay = self.config.reward_decay
         prior = task.gain if task.gain is not None else self._gain_scale()  # optimistic start
         task.gain = (1 - decay) * prior + decay * reward
@@ -143,6 +171,7 @@ class TaskAllocator:
             task.best_s = math.inf if best is None else float(best)
             task.gain = saved["gain"]
             task.known = bool(saved.get("known", False))  # absent in older checkpoints
+            task.nest_drop = saved.get("nest_drop")
         return True
 
     def finish(self, task_id: int) -> None:
