@@ -181,6 +181,28 @@ def test_compare_work_dirs_times_the_smoke_runs_with_and_without_picks(smoke):
 
 
 @pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
+def test_kernel_times_times_each_kernel_of_a_smoke_run_in_place(smoke):
+    proc, out = smoke
+    assert proc.returncode == 0
+    work_dir = next(p for p in sorted((out / "mlp").iterdir()) if p.name.startswith("harl"))
+    report = json.loads((work_dir / "report.json").read_text())
+    tool = subprocess.run([sys.executable, "tools/kernel_times.py", "tasks/examples/mlp.onnx",
+                           str(work_dir), "--repeats", "3"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert tool.returncode == 0, tool.stdout[-2000:] + tool.stderr[-3000:]
+    lines = tool.stdout.splitlines()
+    assert lines[0].startswith("model ") and " kernel calls alone " in lines[0]
+    rows = {line.split()[-1]: line.split() for line in lines[2:]}
+    measured = [task for task in report["tasks"] if task["best_ms"] is not None]
+    assert measured
+    for task in measured:  # the mlp calls each of its functions once
+        row = rows[task["name"]]
+        assert float(row[0]) > 0 and row[2] == "1"
+        assert float(row[3]) == pytest.approx(task["best_ms"] * task["weight"], rel=1e-3)
+        assert row[4] == str(task["trials"]) + ("*" if task["naive"] else "")
+
+
+@pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
 def test_sketch_usage_places_every_searched_record_of_the_smoke_runs(smoke):
     from sketch_usage import sketch_usage
 
