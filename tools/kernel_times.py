@@ -1,4 +1,4 @@
-"""Where a tuned model's time goes: every kernel its VM calls, timed on its own in place.
+"""Where a tuned CPU model's time goes: every kernel its VM calls, timed on its own in place.
 
     python tools/kernel_times.py MODEL.onnx WORK_DIR [--with-picks] [--top 30]
 
@@ -52,6 +52,8 @@ def main() -> None:
     if not records:
         raise SystemExit(f"{args.work_dir} holds no tuning record")
     target = records[0].target
+    if is_gpu(target):  # a kernel's launch returns before it ends: the timer would not see it
+        raise SystemExit("kernel_times.py times CPU builds only")
     relax_mod = import_to_relax(model, fast_math=not is_gpu(target))
     load_tensor_intrinsics(target)
     if args.with_picks:
