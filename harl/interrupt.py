@@ -102,18 +102,19 @@ class InterruptibleRunner(PyRunner):
             self._check(runner_inputs)
             return self.inner.run(runner_inputs)
         futures = []
-        for position, runner_input in enumerate(runner_inputs):
-            self._check(runner_inputs[position:])
+        for runner_input in runner_inputs:
+            self._check(runner_inputs)
             futures.extend(self.inner.run([runner_input]))
         return futures
 
-    def _check(self, not_run) -> None:
-        """Raise after Ctrl-C, removing the artifacts of `not_run` first: MetaSchedule removes
-        a candidate's build folder only once its result is in, which these never reach."""
+    def _check(self, batch) -> None:
+        """Raise after Ctrl-C, removing the batch's build folders first: MetaSchedule removes
+        a candidate's once its result is in, which none of this batch's reach once `run`
+        raises (the results of those already timed go with it)."""
         if self.flag.requested:
             from harl.measure.builder import remove_build_dir  # it imports this module
 
-            for runner_input in not_run:
+            for runner_input in batch:
                 remove_build_dir(str(runner_input.artifact_path))
             self.flag.check()
 

@@ -12,8 +12,9 @@ Every task is visited once before learning starts, and a task whose gain has not
 yet counts as good as the best, so none is starved. A task whose latency is known before tuning
 (TVM's unscheduled loop nest, measured outside the budget) owes no first visit: it starts with
 that latency as its best, and until its first batch its gain is what such a batch is expected
-to buy: its share of the end-to-end estimate times the part of a nest's latency first batches
-have removed so far in the run (a prior until some have), per trial. A nest that is a sliver of
+to buy per trial: its share of the end-to-end estimate times the part of a nest's latency that
+first batches removed (a prior, averaged with this run's first batches as they come), over the
+trials per batch. A nest that is a sliver of
 the model waits until the large tasks have had their trials; a slow one (a depthwise conv run
 at a few GFLOP/s) is not left behind them. That first batch is the task's first visit: what it
 bought (a tuned kernel in place of the nest, often 80-90% of it) says nothing of what the next
@@ -114,14 +115,17 @@ class TaskAllocator:
         return gain + self.config.forward_weight * chance
 
     def expected_nest_drop(self) -> float:
-        """The part of a nest's latency a first batch removes: the prior, then this run's."""
+        """The part of a nest's latency a first batch removes: the prior, weighed as
+        `nest_drop_prior_weight` observations, averaged with this run's."""
         drops = [t.nest_drop for t in self.tasks if t.nest_drop is not None]
         weight = self.config.nest_drop_prior_weight
+        if weight + len(drops) <= 0:
+            return self.config.nest_drop_prior
         return (self.config.nest_drop_prior * weight + sum(drops)) / (weight + len(drops))
 
     def _trials_per_batch(self) -> float:
         batches = sum(t.batches for t in self.tasks)
-        return sum(t.trials for t in self.tasks) / batches if batches else 1.0
+        return max(1.0, sum(t.trials for t in self.tasks) / batches) if batches else 1.0
 
     def know_latency(self, task_id: int, latency_s: float) -> None:
         """A latency of the task measured outside the trials: its best so far. Before its first
@@ -147,7 +151,8 @@ class TaskAllocator:
             return 0.0
         reward = task.weight * (previous_best - task.best_s) / before / trials
         if task.known and task.batches == 1:  # its first visit: see the module's docstring
-            task.nest_drop = 1.0 - task.best_s / previous_best
+            if math.isfinite(best_s) and previous_best > 0:  # not a batch that all failed
+                task.nest_drop = 1.0 - task.best_s / previous_best
             return reward
         decay = self.config.reward_decay
         prior = task.gain if task.gain is not None else self._gain_scale()  # optimistic start
@@ -172,6 +177,8 @@ class TaskAllocator:
             task.gain = saved["gain"]
             task.known = bool(saved.get("known", False))  # absent in older checkpoints
             task.nest_drop = saved.get("nest_drop")
+            if task.known and task.batches == 0:  # older checkpoints saved a gain of 0 here
+                task.gain = None
         return True
 
     def finish(self, task_id: int) -> None:

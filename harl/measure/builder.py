@@ -85,9 +85,15 @@ class PersistentBuilder(PyBuilder):
         start = time.perf_counter()
         pool = self._get_pool()
         jobs = [pool.submit(build_in_worker, item.mod, item.target) for item in build_inputs]
-        pool.wait(jobs, self.cutoff,
-                  check=self.interrupt.check if self.interrupt is not None else None,
-                  earlier_s=self._finished_s)
+        try:
+            pool.wait(jobs, self.cutoff,
+                      check=self.interrupt.check if self.interrupt is not None else None,
+                      earlier_s=self._finished_s)
+        except KeyboardInterrupt:  # Ctrl-C: the batch will never be measured
+            for job in jobs:
+                if job.succeeded:
+                    remove_build_dir(job.future.result())
+            raise
         if self.pooled_cutoff:
             self._finished_s += [job.duration_s for job in jobs
                                  if job.succeeded and job.duration_s is not None]
