@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -74,6 +73,8 @@ def kernel_times(built, inputs) -> tuple[dict[str, float], dict[str, int]]:
     """Per function the VM called with tensors only (kernels): ms per model run, and calls."""
     import tvm
 
+    from harl.evaluate import median_wall_ms
+
     seen = []
 
     def note_call(func, name, before_run, _ret, *call_args):
@@ -88,12 +89,8 @@ def kernel_times(built, inputs) -> tuple[dict[str, float], dict[str, int]]:
     for name, func, call_args in seen:
         if not call_args or not all(isinstance(a, tvm.runtime.Tensor) for a in call_args):
             continue  # the VM's builtins take shapes, storage and constants
-        func(*call_args)  # warm-up
-        runs, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < MIN_SECONDS or runs == 0:
-            func(*call_args)
-            runs += 1
-        kernel_ms[name] += elapsed / runs * 1e3
+        kernel_ms[name] += median_wall_ms(lambda f=func, a=call_args: f(*a), repeats=1,
+                                          min_seconds=MIN_SECONDS)
         calls[name] += 1
     return dict(kernel_ms), dict(calls)
 

@@ -14,13 +14,13 @@ yet counts as good as the best, so none is starved. A task whose latency is know
 that latency as its best, and until its first batch its gain is what such a batch is expected
 to buy per trial: its share of the end-to-end estimate times the part of a nest's latency that
 first batches removed (a prior, averaged with this run's first batches as they come), over the
-trials per batch. A nest that is a sliver of
-the model waits until the large tasks have had their trials; a slow one (a depthwise conv run
-at a few GFLOP/s) is not left behind them. That first batch is the task's first visit: what it
-bought (a tuned kernel in place of the nest, often 80-90% of it) says nothing of what the next
-batches of any task will buy, so it sets neither the task's learned gain nor the optimism that
-unobserved tasks borrow (one such batch on MobileNet-V3 made every other task's second batch
-look worth several times what it bought).
+trials per batch. A nest that is a sliver of the model waits until the large tasks have had
+their trials; a slow one (a depthwise conv run at a few GFLOP/s) is not left behind them.
+That first batch is the task's first visit: what it bought (a tuned kernel in place of the
+nest, often 80-90% of it) says nothing of what the next batches of any task will buy, so it
+sets neither the task's learned gain nor the optimism that unobserved tasks borrow (one such
+batch on MobileNet-V3 made every other task's second batch look worth several times what it
+bought).
 """
 
 from __future__ import annotations
