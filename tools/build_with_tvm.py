@@ -13,6 +13,7 @@ the rewrite holds operators onnxruntime lacks, such as ConvInteger's int32 Conv)
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -105,8 +106,11 @@ def main() -> int:
     scheduled, total = count_applied(mod, target, database)
     print(f"tuned functions applied: {scheduled}/{total}")
 
+    if target.kind.name == "cuda":
+        # TVM compiles CUDA through NVRTC by default, which needs the cuda-bindings package.
+        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
     executable = ms.relax_integration.compile_relax(database, mod, target, params=None)
-    device = tvm.cpu(0)
+    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
     vm = relax.VirtualMachine(executable, device)
     inputs = random_inputs(model)
     result = vm["main"](*[tvm.runtime.tensor(v, device) for v in inputs.values()])
