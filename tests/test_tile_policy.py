@@ -2,8 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
+from torch import nn
 
 from harl.agents import checkpoint
+from harl.agents.adam import Adam
 from harl.agents.tile_policy import (
     FEATURE_DIM,
     SITE_KINDS,
@@ -71,3 +74,22 @@ def test_checkpoint_round_trip_and_no_pickle(tmp_path):
     np.savez(tmp_path / "evil.npz", payload=np.array([object()], dtype=object))
     with pytest.raises(ValueError):
         checkpoint.load_arrays(tmp_path / "evil.npz")
+
+
+def test_adam_steps_exactly_as_torchs_adam():
+    torch.manual_seed(0)
+    ours, theirs = nn.Linear(6, 3), nn.Linear(6, 3)
+    theirs.load_state_dict(ours.state_dict())
+    start = ours.weight.detach().clone()
+    inputs = torch.randn(8, 6)
+    optimizers = (Adam(ours.parameters(), lr=3e-3), torch.optim.Adam(theirs.parameters(), lr=3e-3))
+    for step in range(5):
+        for net, optimizer in zip((ours, theirs), optimizers, strict=True):
+            optimizer.zero_grad()
+            # step 2 leaves the bias without a gradient, which both skip
+            loss = (net(inputs) ** 2).mean() if step != 2 else net.weight.sum()
+            loss.backward()
+            optimizer.step()
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(ours.weight, start)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from harl.agents.adam import Adam
 from harl.report.metrics import MetricsLogger
 
 FEATURE_DIM = 2 * 164  # PerStoreFeature per store (164), pooled by mean and max
@@ -123,7 +124,7 @@ class TilePolicy:
         self.generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
         self.net = ActorCritic(config.hidden)
-        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate)
+        self.optimizer = Adam(self.net.parameters(), lr=config.learning_rate)
         self.updates = 0
 
     def act(self, moves: np.ndarray, score_changes: np.ndarray, state: np.ndarray,
