@@ -6,7 +6,6 @@ This is the one outer loop; every step lives in its own module.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from harl.config import TuneConfig
@@ -30,13 +29,14 @@ from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
 from harl.measure.threads import use_physical_cores
 from harl.report.history import TaskStats, last_history_time_s
+from harl.report.phases import PhaseClock
 from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior, load_cost_prior
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
-from harl.tvm_env import load_tensor_intrinsics, quiet_tvm_loggers
+from harl.tvm_env import load_tensor_intrinsics, native_logs_into, quiet_tvm_loggers
 
 
 def prepare_work_dir(path: Path) -> Path:
@@ -81,6 +81,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     say = (lambda _msg: None) if config.quiet else (lambda msg: print(msg, file=out, flush=True))
     if config.trials <= 0:
         raise HarlError(f"--trials must be a positive number, got {config.trials}")
+    clock = PhaseClock()
 
     # 1. Model, target, and the work dir's earlier run if any
     runtime_threads, threads_set = use_physical_cores()  # before any kernel runs here
@@ -109,9 +110,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
     claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy, asked_prior),
                    config.fresh, say)
     (work_dir / "logs").mkdir(exist_ok=True)
-    quiet_tvm_loggers(work_dir / "logs" / "tvm.log")
+    tvm_log = work_dir / "logs" / "tvm.log"
+    quiet_tvm_loggers(tvm_log)
     load_tensor_intrinsics(target)
-    imported, relax_mod = import_model(model, fast_math=not is_gpu(target))
+    with native_logs_into(tvm_log):
+        imported, relax_mod = import_model(model, fast_math=not is_gpu(target))
+        tasks = extract_tasks(relax_mod, target)
     rewrites = []
     if imported.shapes_folded:
         rewrites.append("it computes some tensor shapes in its graph: they are folded by "
@@ -123,7 +127,6 @@ def run(config: TuneConfig, out=None) -> RunReport:
     if rewrites:
         saved = save_imported(imported, work_dir / IMPORTED_MODEL_FILE)
         say(f"harl: {model.name}: {'; '.join(rewrites)} ({saved})")
-    tasks = extract_tasks(relax_mod, target)
     # Builds, the search's threads and the cost model run here, whatever cores the target has
     # (its num-cores shapes the kernels: a farm's target may have 64 cores or one).
     num_cores = local_cpu_count()
@@ -154,7 +157,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
                f"the budget of {config.trials} is spent; going straight to compile and verify"))
 
     # 2. Tune
-    start = time.monotonic()
+    clock.lap("import")
     plan = None
     if remaining > 0:
         plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
@@ -167,7 +170,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         tune_tasks(tasks, target, plan, work_dir, settings, config.measure, progress, resume, say,
                    rpc=config.rpc)
     database, stats = resume.database, resume.stats
-    tune_seconds = time.monotonic() - start
+    tune_seconds = clock.lap("tuning")
 
     # 3. Compile, verify, time
     report = RunReport(
@@ -186,13 +189,17 @@ def run(config: TuneConfig, out=None) -> RunReport:
     )
     if config.evaluate:
         compile_database = database
-        if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
-            compile_database = schedule_untuned(report, tasks, target, database, plan,
-                                                resume.prior, cost_prior, config, say)
-        say("harl: compiling and verifying against onnxruntime ...")
-        evaluate_into(report, model, relax_mod, target, compile_database, config)
+        with native_logs_into(tvm_log):
+            if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
+                compile_database = schedule_untuned(report, tasks, target, database, plan,
+                                                    resume.prior, cost_prior, config, say)
+                if compile_database is not database:  # some task got a pick
+                    clock.lap("picks")
+            say("harl: compiling and verifying against onnxruntime ...")
+            evaluate_into(report, model, relax_mod, target, compile_database, config, clock)
 
     # 4. Report
+    report.phase_seconds = {phase: round(value, 2) for phase, value in clock.seconds.items()}
     report.write(work_dir / "report.json")
     say(format_summary(report))
     say(f"harl: database, history.csv and report.json in {work_dir}")
@@ -242,8 +249,9 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
 
 
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
-                  config: TuneConfig) -> None:
-    """Fill the report's latencies and output check (skipped when the target is not here)."""
+                  config: TuneConfig, clock: PhaseClock) -> None:
+    """Fill the report's latencies and output check (skipped when the target is not here);
+    `clock` laps the compile and check, then the timing."""
     if is_gpu(target) and not gpu_visible():
         report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
         return
@@ -263,6 +271,7 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     report.verified_against = verdict.reference
     if verdict.untuned_vs_onnxruntime is not None:
         report.untuned_max_abs_err = verdict.untuned_vs_onnxruntime.max_abs_err
+    clock.lap("compile_verify")
 
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4
@@ -270,6 +279,7 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
                                   max(1, config.verify.latency_repeats // rounds),
                                   config.verify.timing_seconds)
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
+    clock.lap("timing")
 
 
 def main(argv: list[str] | None = None) -> int:

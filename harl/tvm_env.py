@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import os
 import platform
 import sys
 
@@ -89,3 +90,23 @@ def quiet_tvm_loggers(log_file=None) -> None:
         ms_logger.setLevel(logging.INFO)
     else:
         ms_logger.addHandler(logging.NullHandler())
+
+
+@contextlib.contextmanager
+def native_logs_into(log_file):
+    """Append what TVM's C++ code writes to stderr (its LOG(WARNING)s, such as the "Fast mode
+    segfaults" of every `take` legalised: 144 lines on Swin-T) to `log_file` while inside.
+
+    Those go to file descriptor 2 straight from C++, past Python's sys.stderr, so the
+    descriptor itself is pointed at the file, and back on the way out (before any error of the
+    block reaches the terminal)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_file, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -239,8 +241,11 @@ def _relax_of(model: OnnxModel):
     shape_dict = {spec.name: list(spec.shape) for spec in model.inputs}
     dtype_dict = {spec.name: spec.dtype for spec in model.inputs}
     try:
-        return from_onnx(model.proto, shape_dict=shape_dict, dtype_dict=dtype_dict,
-                         keep_params_in_input=False)
+        # A converter that fails prints its Relax inputs first: not for harl's user (the
+        # error's first line is reported, or the folded graph imports).
+        with contextlib.redirect_stdout(io.StringIO()):
+            return from_onnx(model.proto, shape_dict=shape_dict, dtype_dict=dtype_dict,
+                             keep_params_in_input=False)
     except tvm.error.OpNotImplemented as err:
         raise HarlError(f"{model.path}: {_first_line(err)}") from None
     except Exception as err:  # noqa: BLE001  (the importer raises whatever its converter does)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from harl.report.history import TaskStats
+from harl.report.phases import format_phases
 
 
 @dataclass
@@ -53,6 +54,8 @@ class RunReport:
     cost_prior: bool = False  # the shipped cost-model prior ranked the samples of some task
     runtime_threads: int | None = None  # threads of TVM's CPU runtime in this process's runs
     gpu_target: bool = False  # the kernels ran on a GPU; onnxruntime always runs on the CPU
+    # This run's wall seconds by phase, in the order they ran (harl.report.phases)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -123,4 +126,6 @@ def format_summary(report: RunReport) -> str:
                            for key, seconds in report.agent_stage_seconds.items())
         lines.append(f"{'agents + cost model':<24} {per_trial * 1e3:.0f} ms per trial"
                      + (f" (of which {stages})" if stages else ""))
+    if report.phase_seconds:
+        lines.append(f"{'wall time':<24} {format_phases(report.phase_seconds)}")
     return "\n".join(lines)

@@ -1,0 +1,36 @@
+"""TVM's C++ warnings go to the run's log, not the user's terminal."""
+
+import os
+
+import numpy as np
+from conftest import save_model
+from onnx import TensorProto, helper, numpy_helper
+
+from harl.frontend.onnx_model import import_model, load_onnx
+from harl.frontend.tasks import extract_tasks
+from harl.target import parse_target
+from harl.tvm_env import native_logs_into
+
+
+def test_what_native_code_writes_to_stderr_goes_to_the_log_while_inside(tmp_path, capfd):
+    log = tmp_path / "tvm.log"
+    log.write_text("before\n")
+    with native_logs_into(log):
+        os.write(2, b"from C++\n")
+    os.write(2, b"after\n")
+    assert log.read_text() == "before\nfrom C++\n"
+    assert capfd.readouterr().err == "after\n"
+
+
+def test_tvms_warnings_on_a_gather_stay_out_of_the_terminal(tmp_path, capfd):
+    # TVM legalises an ONNX Gather into a `take` in its fast mode and warns in C++ each time.
+    table = numpy_helper.from_array(np.arange(12, dtype="float32").reshape(6, 2), "table")
+    path = save_model(tmp_path / "gather.onnx", [helper.make_node("Gather", ["table", "i"], ["y"])],
+                      [helper.make_tensor_value_info("i", TensorProto.INT64, [3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])], [table])
+    log = tmp_path / "tvm.log"
+    with native_logs_into(log):
+        _, mod = import_model(load_onnx(path))
+        assert extract_tasks(mod, parse_target(None))
+    assert "Fast mode" in log.read_text()
+    assert "Fast mode" not in capfd.readouterr().err
