@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
 import inspect
@@ -99,7 +100,8 @@ def native_logs_into(log_file):
 
     Those go to file descriptor 2 straight from C++, past Python's sys.stderr, so the
     descriptor itself is pointed at the file, and back on the way out (before any error of the
-    block reaches the terminal)."""
+    block reaches the terminal). The block's garbage is collected before that: a converter
+    that failed leaves a BlockBuilder in a reference cycle, which warns when it is freed."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -107,6 +109,7 @@ def native_logs_into(log_file):
             os.dup2(log.fileno(), 2)
         yield
     finally:
+        gc.collect()
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
