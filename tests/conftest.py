@@ -34,6 +34,19 @@ def harl_tune(*args, timeout=600) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
+def assert_plain_tvm_rebuilds(model, work_dir, *extra, applied: str | None = None,
+                              timeout=300) -> None:
+    """`python tools/build_with_tvm.py MODEL WORK_DIR [EXTRA]` exits 0, its build matching
+    onnxruntime (and `applied`, as "3/3", tuned functions applied where given)."""
+    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"), str(model),
+                           str(work_dir), *map(str, extra)],
+                          capture_output=True, text=True, timeout=timeout)
+    assert tool.returncode == 0, tool.stdout + tool.stderr
+    assert "outputs match: True" in tool.stdout
+    if applied is not None:
+        assert f"tuned functions applied: {applied}" in tool.stdout
+
+
 def harl_tune_here(*args) -> subprocess.CompletedProcess:
     """The same command run in this process, its exit code, stdout and stderr as a fresh one's
     (harl's own output; not TVM's C++ logs). For tests of what a run does with a model rather

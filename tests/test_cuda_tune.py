@@ -2,11 +2,9 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT, harl_tune, trial_record_lines
+from conftest import EXAMPLES, assert_plain_tvm_rebuilds, harl_tune, trial_record_lines
 
 from harl.target import gpu_visible
 
@@ -37,10 +35,5 @@ def test_cuda_tune_verifies_the_model_it_tuned_on_the_gpu(cuda_run):
 def test_plain_tvm_builds_and_runs_the_cuda_log_on_the_gpu(cuda_run):
     proc, work_dir = cuda_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
-                           str(EXAMPLES / "mlp.onnx"), str(work_dir)],
-                          capture_output=True, text=True, timeout=300)
-    assert tool.returncode == 0, tool.stdout + tool.stderr
-    assert "tuned functions applied: 3/3" in tool.stdout
-    assert "outputs match: True" in tool.stdout
+    assert_plain_tvm_rebuilds(EXAMPLES / "mlp.onnx", work_dir, applied="3/3")
 

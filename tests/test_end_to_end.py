@@ -5,14 +5,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 
 import onnx
 import pytest
 from conftest import (
     EXAMPLES,
     ROOT,
+    assert_plain_tvm_rebuilds,
     harl_tune,
     harl_tune_here,
     save_conv_bn_model,
@@ -76,12 +75,7 @@ def test_report_history_and_database_agree(mlp_run):
 def test_database_is_reused_by_plain_tvm(mlp_run):
     proc, work_dir = mlp_run
     assert proc.returncode == 0, proc.stderr[-3000:]
-    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
-                           str(EXAMPLES / "mlp.onnx"), str(work_dir)],
-                          capture_output=True, text=True, timeout=300)
-    assert tool.returncode == 0, tool.stdout + tool.stderr
-    assert "tuned functions applied: 3/3" in tool.stdout
-    assert "outputs match: True" in tool.stdout
+    assert_plain_tvm_rebuilds(EXAMPLES / "mlp.onnx", work_dir, applied="3/3")
     # The tool must stand on TVM alone.
     assert "harl" not in (ROOT / "tools" / "build_with_tvm.py").read_text().split('"""')[2]
 
@@ -176,11 +170,7 @@ def test_a_model_that_computes_shapes_is_tuned_folded_and_plain_tvm_reuses_the_l
     assert "folded by onnxruntime" in proc.stdout
     assert "verified                 true" in proc.stdout
     folded = work_dir / "model_imported.onnx"
-    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
-                           str(folded), str(work_dir)],
-                          capture_output=True, text=True, timeout=300)
-    assert tool.returncode == 0, tool.stdout + tool.stderr
-    assert "outputs match: True" in tool.stdout
+    assert_plain_tvm_rebuilds(folded, work_dir)
 
 
 def test_a_gru_model_is_tuned_unrolled_and_plain_tvm_reuses_the_log(gru_model, tmp_path):
@@ -195,12 +185,7 @@ def test_a_gru_model_is_tuned_unrolled_and_plain_tvm_reuses_the_log(gru_model, t
     take = [task for task in report["tasks"] if task["name"].startswith("take")]
     assert take and all(task["best_ms"] is not None and math.isfinite(task["best_ms"])
                         for task in take), report["tasks"]
-    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
-                           str(work_dir / "model_imported.onnx"), str(work_dir),
-                           "--reference", str(gru_model)],
-                          capture_output=True, text=True, timeout=300)
-    assert tool.returncode == 0, tool.stdout + tool.stderr
-    assert "outputs match: True" in tool.stdout
+    assert_plain_tvm_rebuilds(work_dir / "model_imported.onnx", work_dir, "--reference", gru_model)
 
 
 def test_a_float16_model_is_checked_with_float16_tolerances(tmp_path):
@@ -254,8 +239,4 @@ def test_a_symbolic_batch_is_tuned_as_1_and_plain_tvm_reuses_the_log_with_batch_
     imported = work_dir / "model_imported.onnx"
     dims = onnx.load(str(imported)).graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_value for d in dims] == [1, 8, 16, 16]
-    tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"),
-                           str(imported), str(work_dir)],
-                          capture_output=True, text=True, timeout=300)
-    assert tool.returncode == 0, tool.stdout + tool.stderr
-    assert "tuned functions applied: 1/1" in tool.stdout
+    assert_plain_tvm_rebuilds(imported, work_dir, applied="1/1")
