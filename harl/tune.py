@@ -157,7 +157,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
                f"the budget of {config.trials} is spent; going straight to compile and verify"))
 
     # 2. Tune
-    clock.lap("import")
+    clock.lap("setup")
     plan = None
     if remaining > 0:
         plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
@@ -189,14 +189,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
     )
     if config.evaluate:
         compile_database = database
-        with native_logs_into(tvm_log):
-            if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
+        if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
+            with native_logs_into(tvm_log):
                 compile_database = schedule_untuned(report, tasks, target, database, plan,
-                                                    resume.prior, cost_prior, config, say)
-                if compile_database is not database:  # some task got a pick
-                    clock.lap("picks")
-            say("harl: compiling and verifying against onnxruntime ...")
-            evaluate_into(report, model, relax_mod, target, compile_database, config, clock)
+                                                    resume.prior, cost_prior, config, say, clock)
+        say("harl: compiling and verifying against onnxruntime ...")
+        evaluate_into(report, model, relax_mod, target, compile_database, config, clock, tvm_log)
 
     # 4. Report
     report.phase_seconds = {phase: round(value, 2) for phase, value in clock.seconds.items()}
@@ -213,11 +211,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
 
 def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: PriorRun,
-                     cost_prior: CostPrior | None, config: TuneConfig, say):
+                     cost_prior: CostPrior | None, config: TuneConfig, say, clock: PhaseClock):
     """The database to compile with: `database`, plus the cost model's unmeasured picks for the
     tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
     `prior`: the records the work dir held before this run, all of them when `plan` is None;
-    `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured)."""
+    `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured);
+    `clock` laps the picks where there are tasks to pick for."""
     from harl.search.program_scorer import ProgramScorer
     from harl.untuned import SAMPLES_PER_TASK, pick_builder, scorer_from_records, with_predicted
 
@@ -245,20 +244,23 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
                "samples built)" if picks.unbuilt_tasks else ""))
     for index in picks.task_indices:
         report.tasks[index].predicted = True
+    clock.lap("picks")
     return database
 
 
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
-                  config: TuneConfig, clock: PhaseClock) -> None:
+                  config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
     """Fill the report's latencies and output check (skipped when the target is not here);
-    `clock` laps the compile and check, then the timing."""
+    `clock` laps the compile and check, then the timing; TVM's C++ warnings while compiling go
+    to `tvm_log`."""
     if is_gpu(target) and not gpu_visible():
         report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
         return
     names = [spec.name for spec in model.inputs]
     inputs = model.random_inputs(config.seed)
-    tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
-    untuned = CompiledModel(compile_model(relax_mod, target), target, names)
+    with native_logs_into(tvm_log):
+        tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
+        untuned = CompiledModel(compile_model(relax_mod, target), target, names)
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 
     expected = reference.run(inputs)

@@ -109,7 +109,9 @@ def native_logs_into(log_file):
             os.dup2(log.fileno(), 2)
         yield
     finally:
-        gc.collect()
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        try:
+            gc.collect()
+            sys.stderr.flush()
+        finally:  # whatever the flush raises (a full disk, a second Ctrl-C), stderr comes back
+            os.dup2(saved, 2)
+            os.close(saved)

@@ -52,7 +52,7 @@ def test_report_history_and_database_agree(mlp_run):
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
     # The MLP's every task is measured, so no picks: the phases in the order they ran.
-    assert list(report["phase_seconds"]) == ["import", "tuning", "compile_verify", "timing"]
+    assert list(report["phase_seconds"]) == ["setup", "tuning", "compile_verify", "timing"]
     assert report["phase_seconds"]["tuning"] == pytest.approx(report["tune_seconds"], abs=0.01)
     assert "wall time" in proc.stdout
     assert len(report["tasks"]) == 3 and report["trials_done"] >= 6

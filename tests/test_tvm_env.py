@@ -1,9 +1,12 @@
 """TVM's C++ warnings go to the run's log, not the user's terminal."""
 
 import gc
+import io
 import os
+import sys
 
 import numpy as np
+import pytest
 from conftest import save_model, save_shape_computing_model
 from onnx import TensorProto, helper, numpy_helper
 
@@ -46,3 +49,22 @@ def test_a_refused_converter_leaves_no_warning_for_later(tmp_path, capfd):
     gc.collect()
     assert "BlockBuilder" in (tmp_path / "tvm.log").read_text()
     assert "BlockBuilder" not in capfd.readouterr().err
+
+
+class FullDisk(io.StringIO):
+    def flush(self):
+        raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("failure", ["in the block", "in the flush on the way out"])
+def test_stderr_comes_back_whatever_the_block_or_its_flush_raises(tmp_path, capfd, monkeypatch,
+                                                                  failure):
+    open_before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises((KeyboardInterrupt, OSError)), native_logs_into(tmp_path / "tvm.log"):
+        if failure == "in the block":
+            raise KeyboardInterrupt
+        monkeypatch.setattr(sys, "stderr", FullDisk())
+    monkeypatch.undo()
+    os.write(2, b"back\n")
+    assert capfd.readouterr().err == "back\n"
+    assert set(os.listdir("/proc/self/fd")) == open_before  # the saved descriptor is closed

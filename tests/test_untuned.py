@@ -144,7 +144,7 @@ def test_a_budget_below_the_task_count_still_compiles_every_task(short_run):
     assert sum(task["trials"] > 0 for task in tasks) == 2
     assert all(task["predicted"] == (task["trials"] == 0) for task in tasks)
     assert "predicted" in proc.stdout and "not in the tuning log" in proc.stdout
-    assert list(report["phase_seconds"]) == ["import", "tuning", "picks", "compile_verify",
+    assert list(report["phase_seconds"]) == ["setup", "tuning", "picks", "compile_verify",
                                              "timing"]
     records = (work_dir / "database_tuning_record.json").read_text().splitlines()
     assert len(records) == 8  # the picks are never written to the log (nor any nest here)

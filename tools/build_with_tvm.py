@@ -106,11 +106,13 @@ def main() -> int:
     scheduled, total = count_applied(mod, target, database)
     print(f"tuned functions applied: {scheduled}/{total}")
 
-    if target.kind.name == "cuda":
-        # TVM compiles CUDA through NVRTC by default, which needs the cuda-bindings package.
+    kind = target.kind.name
+    if kind == "cuda":
+        # TVM compiles CUDA through NVRTC by default, which needs the cuda-bindings package;
+        # nvcc is what a CUDA toolkit has (as harl.target.use_nvcc_for_cuda: no harl import here).
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
     executable = ms.relax_integration.compile_relax(database, mod, target, params=None)
-    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    device = tvm.cpu(0) if kind == "llvm" else tvm.device(kind, 0)  # the log's own device
     vm = relax.VirtualMachine(executable, device)
     inputs = random_inputs(model)
     result = vm["main"](*[tvm.runtime.tensor(v, device) for v in inputs.values()])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import io
 import re
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -241,9 +241,9 @@ def _relax_of(model: OnnxModel):
     shape_dict = {spec.name: list(spec.shape) for spec in model.inputs}
     dtype_dict = {spec.name: spec.dtype for spec in model.inputs}
     try:
-        # A converter that fails prints its Relax inputs first: not for harl's user (the
-        # error's first line is reported, or the folded graph imports).
-        with contextlib.redirect_stdout(io.StringIO()):
+        # A converter that fails prints its Relax inputs first: stderr's, not harl's output
+        # (harl.tune sends both to the work dir's logs/tvm.log while importing).
+        with contextlib.redirect_stdout(sys.stderr):
             return from_onnx(model.proto, shape_dict=shape_dict, dtype_dict=dtype_dict,
                              keep_params_in_input=False)
     except tvm.error.OpNotImplemented as err:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-PHASE_NAMES = {"import": "import", "tuning": "tuning", "picks": "untuned tasks' picks",
+#: "setup": loading and importing the model, extracting its tasks, the work dir and cost prior
+PHASE_NAMES = {"setup": "setup and import", "tuning": "tuning", "picks": "untuned tasks' picks",
                "compile_verify": "compile and verify", "timing": "timing"}
 
 
@@ -24,7 +25,7 @@ class PhaseClock:
 
 
 def format_phases(seconds: dict[str, float]) -> str:
-    """'153 s: import 20, tuning 36, ...' in the order the phases ran."""
+    """'153 s: setup and import 20, tuning 36, ...' in the order the phases ran."""
     parts = ", ".join(f"{PHASE_NAMES.get(phase, phase)} {value:.0f}"
                       for phase, value in seconds.items())
     return f"{sum(seconds.values()):.0f} s: {parts}"
