@@ -66,10 +66,13 @@ def test_down_without_farm_is_harmless(tmp_path):
     assert proc.returncode == 0 and "no farm is up" in proc.stdout
 
 
-def test_servers_that_spawn_their_sessions_serve_them(tmp_path):
+def test_servers_that_spawn_their_sessions_serve_them(tmp_path, monkeypatch):
     """On a GPU machine servers run with --no-fork (a forked session cannot use CUDA there)."""
     from tvm import rpc
 
+    # The farm's processes inherit it: a session killed by `down` leaves its temp folder here.
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     assert server_args("127.0.0.1", 9000, 9190, "k", no_fork=True)[-1] == "--no-fork"
     assert "--no-fork" not in server_args("127.0.0.1", 9000, 9190, "k", no_fork=False)
     port = free_port()
