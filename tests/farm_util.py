@@ -15,10 +15,17 @@ from harl.farm.farm import free_port, group_members
 from harl.farm.state import ProcessRecord
 
 
+def sessions_tmpdir(farm_dir: Path) -> Path:
+    """The TMPDIR for a test's farm: a server session killed by `down` leaves its temp folder,
+    which then stays in the test's folder, not in /tmp."""
+    folder = farm_dir / "tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def farm_cli(farm_dir: Path, *args, timeout: float = 180) -> subprocess.CompletedProcess:
-    # A server killed by a test leaves its session's temp folder: keep it in the test's.
-    (farm_dir / "tmp").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HARL_FARM_DIR": str(farm_dir), "TMPDIR": str(farm_dir / "tmp")}
+    env = {**os.environ, "HARL_FARM_DIR": str(farm_dir),
+           "TMPDIR": str(sessions_tmpdir(farm_dir))}
     return subprocess.run([sys.executable, "-m", "harl.farm", *map(str, args)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -4,7 +4,7 @@ import os
 import socket
 
 import psutil
-from farm_util import farm_cli, leftovers, loopback_farm, recorded_processes
+from farm_util import farm_cli, leftovers, loopback_farm, recorded_processes, sessions_tmpdir
 
 from harl.farm.farm import down, free_port, group_members, server_args, up
 from harl.farm.tracker import count_servers
@@ -70,9 +70,7 @@ def test_servers_that_spawn_their_sessions_serve_them(tmp_path, monkeypatch):
     """On a GPU machine servers run with --no-fork (a forked session cannot use CUDA there)."""
     from tvm import rpc
 
-    # The farm's processes inherit it: a session killed by `down` leaves its temp folder here.
-    (tmp_path / "tmp").mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("TMPDIR", str(sessions_tmpdir(tmp_path)))  # the farm inherits it
     assert server_args("127.0.0.1", 9000, 9190, "k", no_fork=True)[-1] == "--no-fork"
     assert "--no-fork" not in server_args("127.0.0.1", 9000, 9190, "k", no_fork=False)
     port = free_port()
