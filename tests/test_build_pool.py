@@ -12,6 +12,9 @@ from harl.measure.worker_lifetime import worker_initializer
 @pytest.fixture
 def pool():
     pool = BuildPool(max_workers=2, timeout_s=60, max_uses=256, initializer=worker_initializer())
+    # Each worker process imports TVM as it starts, which took 10 s on a loaded CI machine: the
+    # tests time their builds, not that, so both processes start first.
+    pool.wait([pool.submit(time.sleep, 0.01) for _ in range(2)], None)
     yield pool
     pool.shutdown()
 
