@@ -1,5 +1,5 @@
 """Operators TVM's importer lacks, rewritten into ones it has, and ones it imports poorly (Sum,
-Mean): the rewrite computes what onnxruntime computes for the original operator."""
+Mean, Max, Min): the rewrite computes what onnxruntime computes for the original operator."""
 
 import numpy as np
 import onnx
@@ -192,9 +192,9 @@ def test_conv_integer_becomes_an_exact_int32_conv(tmp_path, per_channel_zero):
 
 
 def residual_sum_model(path, op: str, opset: int = 17):
-    """A conv whose output `op` (Sum or Mean) joins with the input and a bias (broadcast from
-    opset 8; of the output's shape before), then a relu: as Caffe2's ResNet exports write a
-    residual add."""
+    """A conv whose output `op` (Sum, Mean, Max or Min) joins with the input and a bias
+    (broadcast from opset 8; of the output's shape before), then a relu: as Caffe2's ResNet
+    exports write a residual add."""
     rng = np.random.default_rng(4)
     weight = numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype("float32"), "w")
     bias_shape = (4, 1, 1) if opset >= 8 else (1, 4, 6, 6)
@@ -211,8 +211,8 @@ def residual_sum_model(path, op: str, opset: int = 17):
     return path
 
 
-@pytest.mark.parametrize("op", ["Sum", "Mean"])
-def test_sum_and_mean_become_adds_that_fuse_into_the_conv(tmp_path, op):
+@pytest.mark.parametrize("op", ["Sum", "Mean", "Max", "Min"])
+def test_joins_of_inputs_become_pairwise_ops_that_fuse_into_the_conv(tmp_path, op):
     from harl.frontend.tasks import extract_tasks
 
     model = load_onnx(residual_sum_model(tmp_path / f"{op}.onnx", op))
@@ -228,13 +228,29 @@ def test_sum_and_mean_become_adds_that_fuse_into_the_conv(tmp_path, op):
     assert not any("stack" in name for name in names)
 
 
-def test_sums_of_opsets_before_7_are_left_to_tvm(tmp_path):
-    # Add broadcasts from opset 7, and onnxruntime runs no older Add: the graph is kept.
-    model = load_onnx(residual_sum_model(tmp_path / "sum6.onnx", "Sum", opset=6))
+@pytest.mark.parametrize(("op", "opset"), [("Sum", 6), ("Max", 8)])
+def test_joins_of_opsets_without_their_pairwise_op_are_left_to_tvm(tmp_path, op, opset):
+    # Add broadcasts from opset 7, and onnxruntime runs no older Add; Where is new in 9.
+    model = load_onnx(residual_sum_model(tmp_path / f"{op}{opset}.onnx", op, opset=opset))
     assert lowerable_ops(model.proto) == []
     imported, mod = import_model(model)
     assert imported.ops_lowered == ()
     assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
+
+
+def test_an_integer_clamp_by_max_and_min_is_exact(tmp_path):
+    lo, hi = (numpy_helper.from_array(np.asarray(v, "int32"), n) for v, n in ((1, "lo"), (2, "hi")))
+    path = save_model(
+        tmp_path / "clamp.onnx", [helper.make_node("Max", ["x", "lo"], ["m"]),
+                                  helper.make_node("Min", ["hi", "m"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.INT32, [3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, [3, 5])], [lo, hi])
+    model = load_onnx(path)
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("Max", "Min")
+    assert [node.op_type for node in imported.proto.graph.node] == ["Greater", "Where", "Less",
+                                                                    "Where"]
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=0, atol=0)
 
 
 def test_a_mean_rewritten_in_an_old_ir_version_passes_onnx_checks(tmp_path):

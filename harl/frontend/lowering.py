@@ -5,10 +5,12 @@
   hidden state by all its gates' weights (`harl.frontend.recurrent`).
 - ConvInteger becomes a Conv in int32 of its operands minus their zero points: exact, since
   the sums are integers.
-- Sum and Mean of two or more inputs become pairwise Adds (Mean then divides by the count).
-  TVM's importer stacks the inputs into a new tensor and reduces over it: a task of its own
-  that copies every input, where an Add fuses into the op before it (ResNet's residual adds are
-  Sums in Caffe2's exports, and tf2onnx writes TensorFlow's AddN as one).
+- Sum and Mean of two or more inputs become pairwise Adds (Mean then divides by the count),
+  Max and Min pairwise Wheres of a Greater or a Less. TVM's importer stacks the inputs into a
+  new tensor and reduces over it: a task of its own that copies every input, where an Add or a
+  Where fuses into the op before it (ResNet's residual adds are Sums in Caffe2's exports,
+  tf2onnx writes TensorFlow's AddN as one, and a clamp by a tensor is a Max and a Min). TVM
+  computes its own max as a select of the greater, so the Where is what it computed before.
 - Pow of a float tensor by a constant 3 or 4 becomes Muls: TVM calls libm's `powf` for every
   element (LLVM turns only a square into a product), some 16x slower than the product on this
   CPU, and no schedule vectorises a call. GPT-2's tanh GELU cubes its input.
@@ -23,6 +25,7 @@ in onnxruntime, so a lowering that computed something else would fail the check.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -38,8 +41,10 @@ from harl.frontend.recurrent import lower_recurrent
 
 _MISSING_OPS = ("RNN", "GRU", "LSTM", "ConvInteger")
 """operators harl rewrites where TVM's importer lacks them"""
-_UNFUSED_OPS = ("Mean", "Sum")
-"""operators TVM's importer builds as a stack of the inputs and a reduction (see above)"""
+_UNFUSED_OPS = {"Mean": 7, "Sum": 7, "Max": 9, "Min": 9}
+"""operators TVM's importer builds as a stack of the inputs and a reduction (see above), and
+the first opset that has their pairwise form (Add broadcasts from 7, onnxruntime runs no older
+Add; Where is new in 9)"""
 _POWERS_AS_MULS = (3, 4)
 """constant exponents a Pow is rewritten for (see above)"""
 _FLOAT_TYPES = (1, 10, 11, 16)
@@ -54,9 +59,9 @@ def lowerable_ops(proto) -> list[str]:
     supported = _get_convert_map()
     nodes = [node for node in proto.graph.node if node.domain in ("", "ai.onnx")]
     present = {node.op_type for node in nodes}
-    adds = onnx_opset(proto) >= 7  # Add broadcasts from 7 on (onnxruntime runs no older Add)
-    ops = {op for op in present
-           if (op in _MISSING_OPS and op not in supported) or (op in _UNFUSED_OPS and adds)}
+    opset = onnx_opset(proto)
+    ops = {op for op in present if (op in _MISSING_OPS and op not in supported)
+           or (op in _UNFUSED_OPS and opset >= _UNFUSED_OPS[op])}
     constants = graph_constants(proto.graph)
     if any(_power(constants.get(node.input[1])) for node in nodes if node.op_type == "Pow"):
         ops.add("Pow")
@@ -73,14 +78,16 @@ def onnx_opset(proto) -> int:
 def describe_lowered(ops) -> str:
     """What the rewrite of `ops` (from `lowerable_ops`) did, for the run's output."""
     missing = [op for op in ops if op in _MISSING_OPS]
-    unfused = [op for op in ops if op in _UNFUSED_OPS]
+    adds = [op for op in ops if op in ("Sum", "Mean")]
+    wheres = [op for op in ops if op in ("Max", "Min")]
     parts = []
     if missing:
         parts.append(f"TVM's importer lacks {', '.join(missing)}: rewritten into operators "
                      "it has")
-    if unfused:
-        parts.append(f"{' and '.join(unfused)} rewritten as pairwise Adds, which fuse into the "
-                     "op before them (TVM's importer stacks the inputs and reduces)")
+    for unfused, pairwise in ((adds, "Adds"), (wheres, "Wheres")):
+        if unfused:
+            parts.append(f"{' and '.join(unfused)} rewritten as pairwise {pairwise}, which fuse "
+                         "into the op before them (TVM's importer stacks the inputs and reduces)")
     if "Pow" in ops:
         parts.append("Pow by a constant 3 or 4 rewritten as Muls (TVM calls powf per element)")
     if "Sigmoid" in ops:
@@ -179,6 +186,21 @@ def _lower_mean(graph: GraphWriter, node) -> None:
     graph.op("Div", [_pairwise_adds(graph, inputs), count], output=node.output[0])
 
 
+def _pairwise_extreme(graph: GraphWriter, node, comparison: str) -> None:
+    """Max(x0, x1, ...) = Where(Greater(m, x2), m, x2) with m = Where(Greater(x0, x1), x0, x1),
+    and so on (Min: Less); one input: an Identity. The comparison and the Where broadcast as Max
+    and Min do."""
+    inputs = list(node.input)
+    if len(inputs) == 1:
+        graph.op("Identity", inputs, output=node.output[0])
+        return
+    best = inputs[0]
+    for i, other in enumerate(inputs[1:], start=2):
+        wins = graph.op(comparison, [best, other], "wins")
+        best = graph.op("Where", [wins, best, other],
+                        output=node.output[0] if i == len(inputs) else None)
+
+
 def _power(exponent) -> int | None:
     """The exponent of `_POWERS_AS_MULS` a constant (a TensorProto, or None) holds, if any."""
     from onnx import numpy_helper
@@ -216,7 +238,9 @@ def _lower_sigmoid(graph: GraphWriter, node):
     return None
 
 
-_LOWERINGS: dict[str, Callable] = {"RNN": lower_recurrent, "GRU": lower_recurrent,
-                                   "LSTM": lower_recurrent, "ConvInteger": _lower_conv_integer,
-                                   "Sum": _lower_sum, "Mean": _lower_mean, "Pow": _lower_pow,
-                                   "Sigmoid": _lower_sigmoid}
+_LOWERINGS: dict[str, Callable] = {
+    "RNN": lower_recurrent, "GRU": lower_recurrent, "LSTM": lower_recurrent,
+    "ConvInteger": _lower_conv_integer, "Sum": _lower_sum, "Mean": _lower_mean,
+    "Max": functools.partial(_pairwise_extreme, comparison="Greater"),
+    "Min": functools.partial(_pairwise_extreme, comparison="Less"),
+    "Pow": _lower_pow, "Sigmoid": _lower_sigmoid}

@@ -184,8 +184,8 @@ def import_model(model: OnnxModel, fast_math: bool = True) -> tuple[OnnxModel, o
     tensors it shapes get no static shape (or a symbolic one), which TVM's lowering cannot
     take, and some of its converters refuse such inputs outright. Then the graph imported is
     the model's with those computations folded (`with_shapes_folded`). Operators TVM's
-    importer lacks (recurrent layers, ConvInteger), and Sum and Mean, which it imports as a
-    stack and a reduction, are rewritten first (`with_ops_lowered`).
+    importer lacks (recurrent layers, ConvInteger), and Sum, Mean, Max and Min, which it imports
+    as a stack and a reduction, are rewritten first (`with_ops_lowered`).
     """
     lowered = with_ops_lowered(model)
     try:
@@ -214,10 +214,10 @@ class _ImportFailed(HarlError):
 
 def with_ops_lowered(model: OnnxModel) -> OnnxModel:
     """`model` with the operators TVM's importer lacks (recurrent layers, ConvInteger) rewritten
-    into ones it has, Sum and Mean into pairwise Adds and a Pow by 3 or 4 into Muls (see
-    harl.frontend.lowering); `model` itself when it rewrites none. A recurrent
-    layer whose sequence length only a run-time shape computation gives is lowered in the
-    graph with those computations folded."""
+    into ones it has, Sum and Mean into pairwise Adds, Max and Min into pairwise Wheres and a
+    Pow by 3 or 4 into Muls (see harl.frontend.lowering); `model` itself when it rewrites none.
+    A recurrent layer whose sequence length only a run-time shape computation gives is lowered
+    in the graph with those computations folded."""
     from harl.frontend.graph_writer import ShapeUnknown
     from harl.frontend.lowering import lower_ops, lowerable_ops
 
