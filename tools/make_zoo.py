@@ -9,11 +9,11 @@ A robustness sweep, not a benchmark: depthwise convs with ReLU6 and batch norms,
 encoder layer (symbolic batch, which harl tunes as 1), a GRU and a two-layer
 bidirectional LSTM tagger (recurrent layers TVM's importer lacks: harl unrolls them), a
 transpose conv with bilinear resize, an embedding bag, a 1-D conv net, masked attention whose
-`chunk` the exporter writes as shape arithmetic, einsum / top-k / argmax / cumsum with two
-inputs and outputs, pixel shuffle with instance norm, group norm with swish, and onnxruntime's
-dynamic int8 quantisation of two of them (its ConvInteger, which TVM's importer lacks, harl
-rewrites as an int32 Conv). Exported with torch's TorchScript exporter (`dynamo=False`), opset
-17, fixed seeds.
+`chunk` the exporter writes as shape arithmetic, attention clamped by Max and Min, einsum /
+top-k / argmax / cumsum with two inputs and outputs, pixel shuffle with instance norm, group
+norm with swish, and onnxruntime's dynamic int8 quantisation of two of them (its ConvInteger,
+which TVM's importer lacks, harl rewrites as an int32 Conv). Exported with torch's TorchScript
+exporter (`dynamo=False`), opset 17, fixed seeds.
 """
 
 from __future__ import annotations
@@ -126,6 +126,23 @@ class MaskedAttention(nn.Module):
         return self.norm(x + torch.softmax(scores, -1) @ v)
 
 
+class ClampedAttention(nn.Module):
+    """OPT's attention (and LLaMA's before 2023) clamps its scores from below with torch.max,
+    and a clamp by tensors is a Max and a Min: ONNX Max / Min nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+        self.low = nn.Parameter(torch.full((32,), -0.5))
+        self.high = nn.Parameter(torch.full((32,), 0.5))
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).split(32, -1)
+        scores = q @ k.transpose(-1, -2) / 32 ** 0.5 + mask
+        scores = torch.max(scores, torch.tensor(torch.finfo(scores.dtype).min))
+        return torch.clamp(torch.softmax(scores, -1) @ v, self.low, self.high)
+
+
 class MultiIO(nn.Module):
     def __init__(self):
         super().__init__()
@@ -171,6 +188,8 @@ def models() -> dict:
                             None),
         "conv1d": (Conv1dNet(), (torch.randn(1, 4, 64),), ["x"], None),
         "masked_attention": (MaskedAttention(), (torch.randn(1, 10, 32),), ["x"], None),
+        "clamped_attention": (ClampedAttention(), (torch.randn(1, 10, 32),
+                                                   torch.zeros(1, 10, 10)), ["x", "mask"], None),
         "multi_io": (MultiIO(), (torch.randn(2, 5, 8), torch.randn(2, 5, 8)), ["a", "b"], None),
         "pixel_shuffle": (PixelShuffleNet(), (torch.randn(1, 4, 16, 16),), ["x"], None),
         "groupnorm_swish": (GroupNormSwish(), (torch.randn(1, 8, 16, 16),), ["x"], None),
