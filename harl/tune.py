@@ -36,7 +36,12 @@ from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior, load_cost_prior
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
-from harl.tvm_env import load_tensor_intrinsics, native_logs_into, quiet_tvm_loggers
+from harl.tvm_env import (
+    load_tensor_intrinsics,
+    native_logs_into,
+    quiet_tvm_loggers,
+    serve_unknown_schedule_rules,
+)
 
 
 def prepare_work_dir(path: Path) -> Path:
@@ -116,6 +121,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     with native_logs_into(tvm_log):
         imported, relax_mod = import_model(model, fast_math=not is_gpu(target))
         tasks = extract_tasks(relax_mod, target)
+    serve_unknown_schedule_rules([task.mod for task in tasks], target)
     rewrites = []
     if imported.shapes_folded:
         rewrites.append("it computes some tensor shapes in its graph: they are folded by "

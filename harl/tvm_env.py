@@ -115,3 +115,47 @@ def native_logs_into(log_file):
         finally:  # whatever the flush raises (a full disk, a second Ctrl-C), stderr comes back
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def serve_unknown_schedule_rules(mods, target) -> list[str]:
+    """Give each custom schedule rule that a block of `mods` names, and that no function serves
+    for `target`'s keys, one that does what MetaSchedule does then: drop the annotation, so
+    that its default rules schedule the block. Legalised pools name `meta_schedule.pool_max`
+    and `pool_avg`, which TVM serves for no target, and MetaSchedule warns from C++ each time
+    it builds such a task's design space: two lines on the terminal for every pool task as
+    tuning starts. The rules given a function are returned (none already served are touched)."""
+    import tvm
+
+    keys = [str(key) for key in target.keys]
+    named = {rule for mod in mods for rule in _block_schedule_rules(mod)} - {"None"}
+    served = []
+    for rule in sorted(named):
+        names = [f"s_tir.meta_schedule.{key}.{rule}" for key in keys]
+        if names and not any(tvm.get_global_func(name, allow_missing=True) for name in names):
+            tvm.register_global_func(names[0], _drop_schedule_rule)
+            served.append(rule)
+    return served
+
+
+def _drop_schedule_rule(sch, block):
+    sch.unannotate(block, "schedule_rule")
+    return [sch]
+
+
+def _block_schedule_rules(mod) -> set[str]:
+    """The `schedule_rule` annotations of the blocks of `mod` (an IRModule of one PrimFunc)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(mod)
+    try:
+        pending = [sch.get_sblock("root")]
+    except Exception:  # noqa: BLE001  (a function without a root block: none to annotate)
+        return set()
+    rules = set()
+    while pending:
+        block = pending.pop()
+        rule = sch.get(block).annotations.get("schedule_rule")
+        if rule is not None:
+            rules.add(str(rule))
+        pending.extend(sch.get_child_blocks(block))
+    return rules

@@ -3,6 +3,7 @@
 import gc
 import io
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -68,3 +69,49 @@ def test_stderr_comes_back_whatever_the_block_or_its_flush_raises(tmp_path, capf
     os.write(2, b"back\n")
     assert capfd.readouterr().err == "back\n"
     assert set(os.listdir("/proc/self/fd")) == open_before  # the saved descriptor is closed
+
+
+DESIGN_SPACES = """
+import sys
+from harl.frontend.onnx_model import import_model, load_onnx
+from harl.frontend.tasks import extract_tasks
+from harl.target import parse_target
+from harl.tvm_env import load_tensor_intrinsics, serve_unknown_schedule_rules
+from tvm.s_tir import meta_schedule as ms
+
+target = parse_target("llvm")
+load_tensor_intrinsics(target)
+_, mod = import_model(load_onnx(sys.argv[1]))
+pools = [task.mod for task in extract_tasks(mod, target) if "pool" in task.name]
+assert len(pools) == 2, pools
+
+def design_spaces():
+    return [[str(space.trace) for space in ms.TuneContext(
+        mod=pool, target=target, space_generator="post-order-apply", rand_state=1,
+    ).generate_design_space()] for pool in pools]
+
+before = design_spaces()
+served = serve_unknown_schedule_rules(pools, target)
+print("served", served, file=sys.stderr, flush=True)
+print("same" if design_spaces() == before else "different", flush=True)
+"""
+
+
+def test_pools_design_spaces_are_built_without_a_warning_and_unchanged(tmp_path):
+    # Legalised pools name schedule rules TVM serves for no target: MetaSchedule warned for
+    # each pool task as tuning started, then dropped the annotation. harl's function for those
+    # rules does the same, silently, in a fresh process (registered rules stay for its life).
+    path = save_model(
+        tmp_path / "pools.onnx",
+        [helper.make_node("MaxPool", ["x"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("AveragePool", ["m"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 2, 2])])
+    result = subprocess.run([sys.executable, "-c", DESIGN_SPACES, str(path)], capture_output=True,
+                            text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "same"
+    before, after = result.stderr.split("served ['meta_schedule.pool_avg', "
+                                        "'meta_schedule.pool_max']\n")
+    assert before.count("Unknown schedule rule") == 2
+    assert "schedule rule" not in after
