@@ -45,6 +45,7 @@ def for_inference(mod, target):
         folds = [relax.transform.FoldBatchnormToConv2D()] if fold else []
         return tvm.transform.Sequential([relax.transform.FoldConstant(), *folds,
                                          relax.transform.DecomposeOpsForInference(),
+                                         relax.transform.FoldConstant(),
                                          relax.transform.CanonicalizeBindings(),
                                          *fast])(mod)
 
