@@ -360,3 +360,66 @@ def test_a_float16_sigmoid_is_kept(tmp_path):
     imported, _ = import_model(model)
     assert "Sigmoid" not in imported.ops_lowered
     assert "Sigmoid" in {node.op_type for node in imported.proto.graph.node}
+
+
+def batch_norm_model(path, producer: str):
+    """A batch norm of a Concat's output (DenseNet's order: it comes before the conv), or of a
+    MatMul's (a BatchNorm1d after a linear layer), then a relu."""
+    rng = np.random.default_rng(5)
+    channels = 6
+
+    def constant(name, *shape, low=-1.0, high=1.0):
+        return numpy_helper.from_array(rng.uniform(low, high, shape).astype("float32"), name)
+
+    stats = [constant("scale", channels, low=0.5, high=1.5), constant("bias", channels),
+             constant("mean", channels), constant("var", channels, low=0.5, high=2.0)]
+    if producer == "Concat":
+        shape, inits = [1, channels, 5, 5], [constant("other", 1, 2, 5, 5)]
+        first = helper.make_node("Concat", ["x", "other"], ["h"], axis=1)
+        x_shape = [1, channels - 2, 5, 5]
+    else:
+        shape, inits = [3, channels], [constant("w", 4, channels)]
+        first = helper.make_node("MatMul", ["x", "w"], ["h"])
+        x_shape = [3, 4]
+    nodes = [first, helper.make_node("BatchNormalization", ["h", "scale", "bias", "mean", "var"],
+                                     ["b"], epsilon=1e-3),
+             helper.make_node("Relu", ["b"], ["y"])]
+    return save_model(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                      [*inits, *stats])
+
+
+@pytest.mark.parametrize("producer", ["Concat", "MatMul"])
+def test_a_batch_norm_not_after_a_conv_becomes_a_multiply_and_an_add(tmp_path, producer):
+    from harl.frontend.tasks import extract_tasks
+
+    model = load_onnx(batch_norm_model(tmp_path / f"bn_{producer}.onnx", producer))
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("BatchNormalization",)
+    assert [node.op_type for node in imported.proto.graph.node if node.op_type != "Constant"] == [
+        producer, "Mul", "Add", "Relu"]
+    target = parse_target("llvm")
+    assert_matches_onnxruntime(mod, model, target, rtol=1e-5, atol=1e-5)
+    [name] = [task.name for task in extract_tasks(mod, target)]
+    assert "multiply" in name and "divide" not in name and "sqrt" not in name, name
+
+
+def test_a_batch_norm_in_training_mode_is_left_to_tvm(tmp_path):
+    path = batch_norm_model(tmp_path / "bn.onnx", "Concat")
+    proto = onnx.load(str(path))
+    proto.graph.node[1].attribute.append(helper.make_attribute("training_mode", 1))
+    onnx.save(proto, str(path))
+    assert with_ops_lowered(load_onnx(path)).ops_lowered == ()
+
+
+def test_statistics_passed_through_an_identity_are_constants(tmp_path):
+    # TorchScript's exports pass weights through Identity nodes (DenseNet-121: 245 of them).
+    path = batch_norm_model(tmp_path / "bn.onnx", "Concat")
+    proto = onnx.load(str(path))
+    proto.graph.node.insert(0, helper.make_node("Identity", ["scale"], ["scale_copy"]))
+    proto.graph.node[2].input[1] = "scale_copy"
+    onnx.save(proto, str(path))
+    model = load_onnx(path)
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("BatchNormalization",)
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)

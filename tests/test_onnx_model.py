@@ -130,19 +130,20 @@ def test_unsupported_operator_is_named(unsupported_op_model):
         import_to_relax(model)
 
 
-@pytest.mark.parametrize(("conv_bias", "dtype", "folded"), [
-    (False, "float32", True),  # into the conv's weights and one bias add
-    (True, "float32", False),  # after a conv bias: arithmetic on its statistics
-    (False, "float16", False),  # TVM's fold takes float32 only
+@pytest.mark.parametrize(("conv_bias", "dtype", "into_weights"), [
+    (False, "float32", True),  # TVM folds it into the conv's weights and one bias add
+    (True, "float32", False),  # after a conv bias: x * scale + shift, harl's rewrite
+    (False, "float16", False),  # TVM's fold takes float32 only: the same rewrite
 ])
-def test_batch_norm_joins_the_conv_before_it(tmp_path, conv_bias, dtype, folded):
+def test_batch_norm_joins_the_conv_before_it(tmp_path, conv_bias, dtype, into_weights):
     model = load_onnx(save_conv_bn_model(tmp_path / "conv_bn.onnx", conv_bias, dtype))
-    relax_mod = import_to_relax(model)
+    imported, relax_mod = import_model(model)
+    assert imported.ops_lowered == (() if into_weights else ("BatchNormalization",))
     target = parse_target("llvm")
     # One task; kept whole, the batch norm would be a second one.
     [name] = [task.name for task in extract_tasks(relax_mod, target)]
     assert name.startswith("fused_conv2d") and name.endswith("relu")
-    assert ("divide" not in name) == folded
+    assert "divide" not in name and ("multiply" not in name) == into_weights
     # Arithmetic on the statistics alone is computed once, at import: left there, every later
     # FoldConstant (extraction, both compiles) built and ran it (DenseNet-121: 20 s each).
     calls = [binding.value for block in relax_mod["main"].body.blocks

@@ -3,6 +3,8 @@ inference tells of the graph's tensors (used by harl.frontend.lowering)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from harl.errors import HarlError
@@ -38,11 +40,14 @@ def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]
 
 def graph_constants(graph) -> dict:
     """Name -> TensorProto of the graph's initializers and Constant nodes' values (a
-    sequence_lens, an exponent)."""
+    sequence_lens, an exponent), and of Identities of them (TorchScript's exports pass many
+    weights through one)."""
     constants = {t.name: t for t in graph.initializer}
-    for node in graph.node:
+    for node in graph.node:  # in order: an Identity's input is defined before it
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             constants[node.output[0]] = node.attribute[0].t
+        elif node.op_type == "Identity" and node.input[0] in constants:
+            constants[node.output[0]] = constants[node.input[0]]
     return constants
 
 
@@ -54,6 +59,11 @@ class GraphWriter:
         self.opset = opset
         self.where = where
         self.constants = graph_constants(graph)
+        self.producers = {name: node for node in graph.node for name in node.output if name}
+        """tensor name -> the node that computes it"""
+        self.uses = Counter(name for node in graph.node for name in node.input)
+        self.uses.update(output.name for output in graph.output)
+        """tensor name -> how many node inputs and graph outputs read it"""
         self.taken = {name for node in graph.node for name in (*node.input, *node.output)}
         self.taken |= {node.name for node in graph.node} | set(self.constants)
         self.taken |= {v.name for v in (*graph.input, *graph.output)}
