@@ -104,7 +104,8 @@ def describe_lowered(ops) -> str:
     if "Sigmoid" in ops:
         parts.append("Sigmoid written as 1 / (1 + Exp(-x)), whose Exp TVM's fast math takes")
     if "BatchNormalization" in ops:
-        parts.append("BatchNormalization not after a conv written as x * scale + shift")
+        parts.append("BatchNormalization TVM would not fold into a conv written as x * scale + "
+                     "shift")
     return "; ".join(parts)
 
 
