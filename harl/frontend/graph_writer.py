@@ -103,6 +103,13 @@ class GraphWriter:
         self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
         return name
 
+    def constant_node(self, value: np.ndarray, hint: str) -> str:
+        """A Constant node holding `value`, not an initializer: before IR version 4 an
+        initializer must also be a graph input, and the saved graph would fail onnx's checker."""
+        from onnx import numpy_helper
+
+        return self.op("Constant", [], hint, value=numpy_helper.from_array(np.asarray(value)))
+
     def op(self, op_type: str, inputs: list[str], hint: str | None = None,
            output: str | None = None, **attrs) -> str:
         from onnx import helper
@@ -124,11 +131,7 @@ class GraphWriter:
         """1 / (1 + Exp(-x)) of a float32 `x`: TVM's own sigmoid computes the same, calling
         libm's `expf` for every element, where the Exp takes TVM's fast math (see
         harl.frontend.lowering)."""
-        from onnx import numpy_helper
-
-        # a Constant node, not an initializer: before IR version 4 an initializer must also be
-        # a graph input
-        one = self.op("Constant", [], "one", value=numpy_helper.from_array(np.float32(1.0)))
+        one = self.constant_node(np.float32(1.0), "one")
         exp = self.op("Exp", [self.op("Neg", [x])])
         return self.op("Div", [one, self.op("Add", [one, exp])], output=output)
 

@@ -185,18 +185,13 @@ def _lower_sum(graph: GraphWriter, node) -> None:
 
 def _lower_mean(graph: GraphWriter, node) -> None:
     """Mean(x0, ..., xn-1) = Sum(x0, ..., xn-1) / n, in the inputs' type."""
-    from onnx import numpy_helper
-
     inputs = list(node.input)
     if len(inputs) == 1:
         _pairwise_adds(graph, inputs, node.output[0])
         return
     if not graph.elem_type(inputs[0]):  # type unknown: the Mean is kept whole
         return KEPT
-    count = numpy_helper.from_array(np.asarray(len(inputs), graph.np_type(inputs[0])))
-    # a Constant node, not an initializer: before IR version 4 an initializer must also be a
-    # graph input, and the saved graph would fail onnx's checker
-    count = graph.op("Constant", [], "count", value=count)
+    count = graph.constant_node(np.asarray(len(inputs), graph.np_type(inputs[0])), "count")
     graph.op("Div", [_pairwise_adds(graph, inputs), count], output=node.output[0])
 
 
@@ -257,8 +252,6 @@ def _lower_batch_norm(graph: GraphWriter, node):
     computed in float64 from the constant statistics; kept where TVM folds it into the conv
     before it, in training mode, where a statistic is not a constant vector, or where shape
     inference could not tell x's rank or type."""
-    from onnx import numpy_helper
-
     x = node.input[0]
     attrs = node_attrs(node)
     stats = [graph.constant_value(name) for name in node.input[1:5]]
@@ -272,11 +265,8 @@ def _lower_batch_norm(graph: GraphWriter, node):
     shift = bias - mean * factor
     dtype = graph.np_type(x)
     per_channel = [1, -1] + [1] * (rank - 2)
-    # Constant nodes, not initializers: before IR version 4 an initializer must also be a
-    # graph input.
-    factor, shift = (graph.op("Constant", [], hint, value=numpy_helper.from_array(
-        value.reshape(per_channel).astype(dtype))) for value, hint in ((factor, "factor"),
-                                                                        (shift, "shift")))
+    factor = graph.constant_node(factor.reshape(per_channel).astype(dtype), "factor")
+    shift = graph.constant_node(shift.reshape(per_channel).astype(dtype), "shift")
     graph.op("Add", [graph.op("Mul", [x, factor]), shift], output=node.output[0])
     return None
 
