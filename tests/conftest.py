@@ -112,9 +112,9 @@ def _is_naive(insts) -> bool:
     return len(insts) == 1 and insts[0][0] == "GetSBlock" and insts[0][2][0] == "root"
 
 
-def save_model(path: Path, nodes, inputs, outputs, initializers=()) -> Path:
+def save_model(path: Path, nodes, inputs, outputs, initializers=(), opset: int = 17) -> Path:
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return path

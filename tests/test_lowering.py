@@ -362,6 +362,65 @@ def test_a_float16_sigmoid_is_kept(tmp_path):
     assert "Sigmoid" in {node.op_type for node in imported.proto.graph.node}
 
 
+def spread_activation_model(path, activation_nodes, opset, elem_type=TensorProto.FLOAT,
+                            also_output=None):
+    """y = activation(30 * x): x is standard normal, so the activation sees [-150, 150]
+    (Mish's Exp cap is 20); `also_output` names a tensor that is a graph output too."""
+    shape = [2, 3, 64]
+    scale = numpy_helper.from_array(np.asarray(30.0, helper.tensor_dtype_to_np_dtype(elem_type)),
+                                    "scale")
+    outputs = [helper.make_tensor_value_info("y", elem_type, shape)]
+    if also_output:
+        outputs.append(helper.make_tensor_value_info(also_output, elem_type, shape))
+    return save_model(path, [helper.make_node("Mul", ["x", "scale"], ["z"]), *activation_nodes],
+                      [helper.make_tensor_value_info("x", elem_type, shape)], outputs, [scale],
+                      opset=opset)
+
+
+FAST_ACTIVATIONS = {
+    "gelu": ([helper.make_node("Gelu", ["z"], ["y"])], 20, ("Gelu",)),
+    "gelu_tanh": ([helper.make_node("Gelu", ["z"], ["y"], approximate="tanh")], 20, ("Gelu",)),
+    "mish": ([helper.make_node("Mish", ["z"], ["y"])], 18, ("Mish",)),
+    "mish_as_torch_exports_it": ([helper.make_node("Softplus", ["z"], ["s"]),
+                                  helper.make_node("Tanh", ["s"], ["t"]),
+                                  helper.make_node("Mul", ["z", "t"], ["y"])], 17,
+                                 ("Softplus", "Tanh")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAST_ACTIVATIONS))
+def test_activations_with_libm_calls_take_tvms_fast_math(tmp_path, case):
+    nodes, opset, lowered = FAST_ACTIVATIONS[case]
+    model = load_onnx(spread_activation_model(tmp_path / f"{case}.onnx", nodes, opset))
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == lowered
+    script = mod.script()
+    for call in ("T.erf(", "T.tanh(", "T.log(", "T.exp("):  # each a libm call per element
+        assert call not in script, call
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["softplus_read_twice", "softplus_is_an_output",
+                                  "float16_gelu", "tanh_alone"])
+def test_activations_the_rewrite_would_not_serve_are_kept(tmp_path, case):
+    elem_type, opset, also_output = TensorProto.FLOAT, 17, None
+    nodes = [helper.make_node("Softplus", ["z"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
+             helper.make_node("Mul", ["z", "t"], ["y"])]
+    if case == "softplus_read_twice":
+        nodes[2] = helper.make_node("Mul", ["s", "t"], ["y"])
+    elif case == "softplus_is_an_output":
+        also_output = "s"
+    elif case == "float16_gelu":
+        nodes, elem_type, opset = [helper.make_node("Gelu", ["z"], ["y"])], TensorProto.FLOAT16, 20
+    else:
+        nodes = [helper.make_node("Tanh", ["z"], ["y"])]
+    model = load_onnx(spread_activation_model(tmp_path / f"{case}.onnx", nodes, opset,
+                                              elem_type, also_output))
+    imported = with_ops_lowered(model)
+    assert imported.ops_lowered == ()
+    assert imported.proto is model.proto
+
+
 def batch_norm_model(path, producer: str):
     """A batch norm of a Concat's output (DenseNet's order: it comes before the conv), or of a
     MatMul's (a BatchNorm1d after a linear layer), then a relu."""

@@ -13,7 +13,9 @@ transpose conv with bilinear resize, an embedding bag, a 1-D conv net, masked at
 top-k / argmax / cumsum with two inputs and outputs, pixel shuffle with instance norm, group
 norm with swish, and onnxruntime's dynamic int8 quantisation of two of them (its ConvInteger,
 which TVM's importer lacks, harl rewrites as an int32 Conv). Exported with torch's TorchScript
-exporter (`dynamo=False`), opset 17, fixed seeds.
+exporter (`dynamo=False`), opset 17, fixed seeds; two at the exporter's default opset (20 in
+torch 2.13), which writes GELU as one Gelu node: a BERT-sized encoder layer, and a conv net
+with Mish (YOLOv4's activation, exported as Softplus, Tanh and Mul).
 """
 
 from __future__ import annotations
@@ -44,10 +46,10 @@ class MobileBlock(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self):
+    def __init__(self, width: int = 64, heads: int = 4, hidden: int = 128):
         super().__init__()
-        self.layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, activation="gelu",
-                                                batch_first=True)
+        self.layer = nn.TransformerEncoderLayer(width, heads, hidden, dropout=0.0,
+                                                activation="gelu", batch_first=True)
 
     def forward(self, x):
         return self.layer(x)
@@ -176,6 +178,24 @@ class GroupNormSwish(nn.Module):
         return y * torch.sigmoid(y)
 
 
+class MishConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        layers, width = [], 3
+        for out, stride in ((32, 1), (64, 2), (64, 1)):
+            layers += [nn.Conv2d(width, out, 3, stride, 1, bias=False), nn.BatchNorm2d(out),
+                       nn.Mish()]
+            width = out
+        self.body = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+DEFAULT_OPSET = ("gelu_encoder", "mish_convnet")
+"""models exported at the exporter's default opset, not 17"""
+
+
 def models() -> dict:
     """name -> (module, example inputs, input names, dynamic axes or None)."""
     return {
@@ -193,6 +213,8 @@ def models() -> dict:
         "multi_io": (MultiIO(), (torch.randn(2, 5, 8), torch.randn(2, 5, 8)), ["a", "b"], None),
         "pixel_shuffle": (PixelShuffleNet(), (torch.randn(1, 4, 16, 16),), ["x"], None),
         "groupnorm_swish": (GroupNormSwish(), (torch.randn(1, 8, 16, 16),), ["x"], None),
+        "gelu_encoder": (Encoder(256, 4, 1024), (torch.randn(1, 128, 256),), ["x"], None),
+        "mish_convnet": (MishConvNet(), (torch.randn(1, 3, 96, 96),), ["x"], None),
     }
 
 
@@ -209,7 +231,8 @@ def main() -> None:
                 layer.running_mean.uniform_(-0.5, 0.5)
                 layer.running_var.uniform_(0.5, 2.0)
         torch.onnx.export(module, inputs, str(args.out / f"{name}.onnx"), input_names=names,
-                          opset_version=17, dynamo=False, dynamic_axes=dynamic)
+                          opset_version=None if name in DEFAULT_OPSET else 17, dynamo=False,
+                          dynamic_axes=dynamic)
         print(f"wrote {args.out / name}.onnx")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 

@@ -3,11 +3,12 @@ inference tells of the graph's tensors (used by harl.frontend.lowering)."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
 from harl.errors import HarlError
+
+KEPT = object()
+"""what a lowering returns for a node it leaves as it is"""
 
 
 class ShapeUnknown(HarlError):
@@ -38,6 +39,17 @@ def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]
     return shapes
 
 
+def tensor_readers(graph) -> dict[str, list]:
+    """Tensor name -> the nodes that read it, with None for each graph output it is."""
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    for output in graph.output:
+        readers.setdefault(output.name, []).append(None)
+    return readers
+
+
 def graph_constants(graph) -> dict:
     """Name -> TensorProto of the graph's initializers and Constant nodes' values (a
     sequence_lens, an exponent), and of Identities of them (TorchScript's exports pass many
@@ -61,9 +73,8 @@ class GraphWriter:
         self.constants = graph_constants(graph)
         self.producers = {name: node for node in graph.node for name in node.output if name}
         """tensor name -> the node that computes it"""
-        self.uses = Counter(name for node in graph.node for name in node.input)
-        self.uses.update(output.name for output in graph.output)
-        """tensor name -> how many node inputs and graph outputs read it"""
+        self.readers = tensor_readers(graph)
+        """tensor name -> the nodes that read it, None for a graph output"""
         self.taken = {name for node in graph.node for name in (*node.input, *node.output)}
         self.taken |= {node.name for node in graph.node} | set(self.constants)
         self.taken |= {v.name for v in (*graph.input, *graph.output)}

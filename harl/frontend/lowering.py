@@ -20,10 +20,9 @@
   the arithmetic on the constants is built and run with LLVM by every later FoldConstant
   (DenseNet-121, whose batch norms follow concats: 372 builds, 20 s). One right after a
   float32 Conv without bias is left to TVM, which folds it into the conv's weights.
-- Sigmoid of a float32 tensor becomes 1 / (1 + Exp(-x)), which is what TVM computes for it,
-  but with an Exp that TVM's fast-math rewrite (`onnx_model.for_inference`, CPU targets) turns
-  into a polynomial: TVM's own sigmoid calls libm's `expf` for every element (SiLU, x *
-  sigmoid(x), is EfficientNet's activation, and LSTM and GRU gates are sigmoids).
+- Sigmoid, Gelu and Mish (and Tanh of a Softplus, as torch exports Mish) in float32 become
+  operators whose Exp, Erf or Tanh TVM's fast math takes, where TVM's own lowering calls libm
+  for every element (`harl.frontend.activations`).
 
 The rewritten graph is what harl tunes and builds; verification still runs the original model
 in onnxruntime, so a lowering that computed something else would fail the check.
@@ -36,11 +35,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from harl.frontend import activations
 from harl.frontend.graph_writer import (
+    KEPT,
     GraphWriter,
     graph_constants,
     node_attrs,
     node_input,
+    tensor_readers,
     tensor_shapes,
 )
 from harl.frontend.recurrent import lower_recurrent
@@ -59,8 +61,9 @@ _FLOAT_TYPES = (1, 10, 11, 16)
 
 def lowerable_ops(proto) -> list[str]:
     """Operator types of `proto`'s graph that harl may rewrite: those TVM's importer lacks,
-    those it imports as a stack and a reduction, a Pow by a constant 3 or 4, Sigmoid, and
-    a BatchNormalization TVM may not fold into a conv."""
+    those it imports as a stack and a reduction, a Pow by a constant 3 or 4, activations whose
+    libm calls TVM's fast math can take, and a BatchNormalization TVM may not fold into a
+    conv."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     supported = _get_convert_map()
@@ -72,8 +75,7 @@ def lowerable_ops(proto) -> list[str]:
     constants = graph_constants(proto.graph)
     if any(_power(constants.get(node.input[1])) for node in nodes if node.op_type == "Pow"):
         ops.add("Pow")
-    if "Sigmoid" in present:
-        ops.add("Sigmoid")
+    ops |= activations.fast_math_activations(nodes, tensor_readers(proto.graph), opset)
     producers = {name: node for node in nodes for name in node.output}
     if any(_maybe_unfolded(producers.get(node.input[0]), constants)
            for node in nodes if node.op_type == "BatchNormalization"):
@@ -103,6 +105,12 @@ def describe_lowered(ops) -> str:
         parts.append("Pow by a constant 3 or 4 rewritten as Muls (TVM calls powf per element)")
     if "Sigmoid" in ops:
         parts.append("Sigmoid written as 1 / (1 + Exp(-x)), whose Exp TVM's fast math takes")
+    if "Gelu" in ops:
+        parts.append("Gelu written in Erf or Tanh, which TVM's fast math takes (its gelu calls "
+                     "erff per element)")
+    if "Mish" in ops or "Tanh" in ops:
+        parts.append("Mish (Tanh of Softplus) written as a ratio of Exps, which TVM's fast math "
+                     "takes (its softplus calls logf per element)")
     if "BatchNormalization" in ops:
         parts.append("BatchNormalization TVM would not fold into a conv written as x * scale + "
                      "shift")
@@ -135,10 +143,6 @@ def lower_ops(proto, ops: list[str], input_shapes: dict[str, tuple[int, ...]], w
     model.graph.node.extend(nodes)
     model.graph.initializer.extend(graph.initializers)
     return model, sorted(rewritten)
-
-
-KEPT = object()
-"""what a lowering returns for a node it leaves as it is"""
 
 
 def _lower_conv_integer(graph: GraphWriter, node) -> None:
@@ -237,16 +241,6 @@ def _lower_pow(graph: GraphWriter, node):
     return None
 
 
-def _lower_sigmoid(graph: GraphWriter, node):
-    """Sigmoid(x) = 1 / (1 + Exp(-x)) for a float32 x (TVM's fast exp is float32's only)."""
-    from onnx import TensorProto
-
-    if graph.elem_type(node.input[0]) != TensorProto.FLOAT:
-        return KEPT
-    graph.sigmoid_by_exp(node.input[0], output=node.output[0])
-    return None
-
-
 def _lower_batch_norm(graph: GraphWriter, node):
     """BatchNormalization(x, scale, B, mean, var) = x * s + t per channel (axis 1), s and t
     computed in float64 from the constant statistics; kept where TVM folds it into the conv
@@ -277,7 +271,7 @@ def _folded_into_conv(graph: GraphWriter, x: str) -> bool:
     from onnx import TensorProto
 
     return (_conv_without_bias(graph.producers.get(x)) and len(graph.dims(x)) == 4
-            and graph.elem_type(x) == TensorProto.FLOAT and graph.uses[x] == 1)
+            and graph.elem_type(x) == TensorProto.FLOAT and len(graph.readers.get(x, ())) == 1)
 
 
 def _maybe_unfolded(producer, constants: dict) -> bool:
@@ -302,4 +296,7 @@ _LOWERINGS: dict[str, Callable] = {
     "ConvInteger": _lower_conv_integer, "Sum": _lower_sum, "Mean": _lower_mean,
     "Max": functools.partial(_pairwise_extreme, comparison="Greater"),
     "Min": functools.partial(_pairwise_extreme, comparison="Less"),
-    "Pow": _lower_pow, "Sigmoid": _lower_sigmoid, "BatchNormalization": _lower_batch_norm}
+    "Pow": _lower_pow, "BatchNormalization": _lower_batch_norm,
+    "Sigmoid": activations.lower_sigmoid, "Gelu": activations.lower_gelu,
+    "Mish": activations.lower_mish, "Softplus": activations.lower_softplus,
+    "Tanh": activations.lower_tanh}
