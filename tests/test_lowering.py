@@ -385,6 +385,10 @@ FAST_ACTIVATIONS = {
                                   helper.make_node("Tanh", ["s"], ["t"]),
                                   helper.make_node("Mul", ["z", "t"], ["y"])], 17,
                                  ("Softplus", "Tanh")),
+    "softplus": ([helper.make_node("Softplus", ["z"], ["y"])], 17, ("Softplus",)),
+    "softplus_read_twice": ([helper.make_node("Softplus", ["z"], ["s"]),
+                             helper.make_node("Tanh", ["s"], ["t"]),
+                             helper.make_node("Mul", ["s", "t"], ["y"])], 17, ("Softplus",)),
 }
 
 
@@ -400,22 +404,27 @@ def test_activations_with_libm_calls_take_tvms_fast_math(tmp_path, case):
     assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["softplus_read_twice", "softplus_is_an_output",
-                                  "float16_gelu", "tanh_alone"])
-def test_activations_the_rewrite_would_not_serve_are_kept(tmp_path, case):
-    elem_type, opset, also_output = TensorProto.FLOAT, 17, None
+def test_a_softplus_another_node_also_reads_is_not_dropped_for_its_tanh(tmp_path):
     nodes = [helper.make_node("Softplus", ["z"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
              helper.make_node("Mul", ["z", "t"], ["y"])]
-    if case == "softplus_read_twice":
-        nodes[2] = helper.make_node("Mul", ["s", "t"], ["y"])
-    elif case == "softplus_is_an_output":
-        also_output = "s"
-    elif case == "float16_gelu":
-        nodes, elem_type, opset = [helper.make_node("Gelu", ["z"], ["y"])], TensorProto.FLOAT16, 20
+    model = load_onnx(spread_activation_model(tmp_path / "sp.onnx", nodes, 17, also_output="s"))
+    imported, mod = import_model(model)
+    assert imported.ops_lowered == ("Softplus",)
+    assert "Tanh" in {node.op_type for node in imported.proto.graph.node}
+    assert_matches_onnxruntime(mod, model, parse_target("llvm"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["float16_gelu", "float16_softplus", "tanh_alone"])
+def test_activations_the_rewrite_would_not_serve_are_kept(tmp_path, case):
+    elem_type, opset = TensorProto.FLOAT16, 20
+    if case == "float16_gelu":
+        nodes = [helper.make_node("Gelu", ["z"], ["y"])]
+    elif case == "float16_softplus":
+        nodes = [helper.make_node("Softplus", ["z"], ["y"])]
     else:
-        nodes = [helper.make_node("Tanh", ["z"], ["y"])]
+        nodes, elem_type = [helper.make_node("Tanh", ["z"], ["y"])], TensorProto.FLOAT
     model = load_onnx(spread_activation_model(tmp_path / f"{case}.onnx", nodes, opset,
-                                              elem_type, also_output))
+                                              elem_type))
     imported = with_ops_lowered(model)
     assert imported.ops_lowered == ()
     assert imported.proto is model.proto

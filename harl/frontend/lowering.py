@@ -20,9 +20,9 @@
   the arithmetic on the constants is built and run with LLVM by every later FoldConstant
   (DenseNet-121, whose batch norms follow concats: 372 builds, 20 s). One right after a
   float32 Conv without bias is left to TVM, which folds it into the conv's weights.
-- Sigmoid, Gelu and Mish (and Tanh of a Softplus, as torch exports Mish) in float32 become
-  operators whose Exp, Erf or Tanh TVM's fast math takes, where TVM's own lowering calls libm
-  for every element (`harl.frontend.activations`).
+- Sigmoid, Gelu, Mish (and Tanh of a Softplus, as torch exports Mish) and Softplus in float32
+  become operators whose Exp, Erf or Tanh TVM's fast math takes, where TVM's own lowering
+  calls libm for every element (`harl.frontend.activations`).
 
 The rewritten graph is what harl tunes and builds; verification still runs the original model
 in onnxruntime, so a lowering that computed something else would fail the check.
@@ -111,6 +111,9 @@ def describe_lowered(ops) -> str:
     if "Mish" in ops or "Tanh" in ops:
         parts.append("Mish (Tanh of Softplus) written as a ratio of Exps, which TVM's fast math "
                      "takes (its softplus calls logf per element)")
+    if "Softplus" in ops and "Tanh" not in ops:
+        parts.append("Softplus written with an Exp and a series for its log (TVM's calls logf "
+                     "per element)")
     if "BatchNormalization" in ops:
         parts.append("BatchNormalization TVM would not fold into a conv written as x * scale + "
                      "shift")
