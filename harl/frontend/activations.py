@@ -6,8 +6,8 @@ their own, or that need a log, keep a libm call per element, which no schedule v
 
 - Sigmoid (float32) becomes 1 / (1 + Exp(-x)), which is what TVM computes for it, calling
   `expf` (SiLU, x * sigmoid(x), is EfficientNet's activation; LSTM and GRU gates are sigmoids).
-- Gelu (opset 20, which torch's exporter writes by default from torch 2.9 on) becomes TVM's own
-  formula in Erf, x * (0.5 + Erf(x / sqrt(2)) * 0.5), or in Tanh for `approximate="tanh"`:
+- Gelu (opset 20, which torch 2.13's exporter writes by default) becomes TVM's own formula
+  in Erf, x * (0.5 + Erf(x / sqrt(2)) * 0.5), or in Tanh for `approximate="tanh"`:
   TVM's gelu calls `erff` per element (a 1x32x112x112 tensor: 4.2 ms, onnxruntime 0.17).
 - Mish, and Tanh(Softplus(x)) as torch exports it, become x * n / (n + 2) with n = e * (e + 2),
   e = Exp(x): tanh(log(1 + e)) is that ratio, so the Softplus's `logf` per element goes.
@@ -39,9 +39,7 @@ def fast_math_activations(nodes, readers: dict, opset: int) -> set[str]:
     `graph_writer.tensor_readers`); each lowering checks its node's element type."""
     ops = set()
     for node in nodes:
-        if node.op_type == "Sigmoid":
-            ops.add("Sigmoid")
-        elif node.op_type in ("Gelu", "Mish", "Softplus"):
+        if node.op_type in ("Sigmoid", "Gelu", "Mish", "Softplus"):
             ops.add(node.op_type)
         if node.op_type == "Softplus" and _under_tanh(node, readers, opset):
             ops.add("Tanh")
