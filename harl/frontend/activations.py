@@ -31,7 +31,9 @@ from harl.frontend.graph_writer import KEPT, GraphWriter, node_attrs
 _MISH_EXP_CAP = 20.0
 """Exp's argument cap in the Mish ratio: 1 - 2 / (n + 2) rounds to 1 in float32 from x = 9"""
 _ATANH_TERMS = 6
-"""terms of the atanh series in a Softplus's log: the seventh is below 2e-8 of the sum"""
+"""terms of the atanh series in a Softplus's log: the seventh is 1.4e-7 of the sum at most"""
+_BROADCASTING_ADD = 7
+"""the first opset whose Add and Div broadcast a scalar without an attribute"""
 
 
 def fast_math_activations(nodes, readers: dict, opset: int) -> set[str]:
@@ -48,7 +50,7 @@ def fast_math_activations(nodes, readers: dict, opset: int) -> set[str]:
 
 def lower_sigmoid(graph: GraphWriter, node):
     """Sigmoid(x) = 1 / (1 + Exp(-x)) for a float32 x (TVM's fast exp is float32's only)."""
-    if not _is_float32(graph, node.input[0]):
+    if not _is_float32(graph, node.input[0]) or graph.opset < _BROADCASTING_ADD:
         return KEPT
     graph.sigmoid_by_exp(node.input[0], output=node.output[0])
     return None
@@ -93,6 +95,8 @@ def lower_softplus(graph: GraphWriter, node):
         return KEPT
     if _under_tanh(node, graph.readers, graph.opset):
         return None
+    if graph.opset < _BROADCASTING_ADD:
+        return KEPT
     two = graph.constant_node(np.float32(2.0), "two")
     u = graph.op("Exp", [graph.op("Neg", [graph.op("Abs", [x])])])
     s = graph.op("Div", [u, graph.op("Add", [u, two])], "s")

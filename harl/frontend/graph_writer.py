@@ -40,14 +40,32 @@ def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]
 
 
 def tensor_readers(graph) -> dict[str, list]:
-    """Tensor name -> the nodes that read it, with None for each graph output it is."""
+    """Tensor name -> the nodes that read it, with None for each graph output it is; a node
+    with subgraphs (If, Loop, Scan) reads what any node inside them reads."""
     readers: dict[str, list] = {}
     for node in graph.node:
-        for name in node.input:
+        for name in (*node.input, *_subgraph_inputs(node)):
             readers.setdefault(name, []).append(node)
     for output in graph.output:
         readers.setdefault(output.name, []).append(None)
     return readers
+
+
+def _subgraph_inputs(node) -> set[str]:
+    """Names the nodes of `node`'s subgraphs read, at any depth (outer-scope tensors among
+    them; names a subgraph defines itself are harmless extras)."""
+    from onnx import AttributeProto
+
+    names = set()
+    for attr in node.attribute:
+        graphs = ([attr.g] if attr.type == AttributeProto.GRAPH
+                  else attr.graphs if attr.type == AttributeProto.GRAPHS else [])
+        for subgraph in graphs:
+            for inner in subgraph.node:
+                names.update(inner.input)
+                names |= _subgraph_inputs(inner)
+            names.update(output.name for output in subgraph.output)
+    return names
 
 
 def graph_constants(graph) -> dict:

@@ -108,12 +108,12 @@ def describe_lowered(ops) -> str:
     if "Gelu" in ops:
         parts.append("Gelu written in Erf or Tanh, which TVM's fast math takes (its gelu calls "
                      "erff per element)")
-    if "Mish" in ops or "Tanh" in ops:
-        parts.append("Mish (Tanh of Softplus) written as a ratio of Exps, which TVM's fast math "
-                     "takes (its softplus calls logf per element)")
-    if "Softplus" in ops and "Tanh" not in ops:
-        parts.append("Softplus written with an Exp and a series for its log (TVM's calls logf "
-                     "per element)")
+    if "Mish" in ops:
+        parts.append("Mish written as a ratio of Exps, which TVM's fast math takes (its "
+                     "softplus calls logf per element)")
+    if "Softplus" in ops:
+        parts.append("Softplus written with Exps (under a Tanh, Mish's ratio; else a series for "
+                     "its log), which TVM's fast math takes (its softplus calls logf per element)")
     if "BatchNormalization" in ops:
         parts.append("BatchNormalization TVM would not fold into a conv written as x * scale + "
                      "shift")
