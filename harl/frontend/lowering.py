@@ -88,6 +88,21 @@ def onnx_opset(proto) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
+_REWRITE_LINES = {
+    "Pow": "Pow by a constant 3 or 4 rewritten as Muls (TVM calls powf per element)",
+    "Sigmoid": "Sigmoid written as 1 / (1 + Exp(-x)), whose Exp TVM's fast math takes",
+    "Gelu": "Gelu written in Erf or Tanh, which TVM's fast math takes (its gelu calls erff per "
+            "element)",
+    "Mish": "Mish written as a ratio of Exps, which TVM's fast math takes (its softplus calls "
+            "logf per element)",
+    "Softplus": "Softplus written with Exps (under a Tanh, Mish's ratio; else a series for its "
+                "log), which TVM's fast math takes (its softplus calls logf per element)",
+    "BatchNormalization": "BatchNormalization TVM would not fold into a conv written as x * "
+                          "scale + shift",
+}
+"""the run's line for each rewrite of one operator type, in the order it is said"""
+
+
 def describe_lowered(ops) -> str:
     """What the rewrite of `ops` (from `lowerable_ops`) did, for the run's output."""
     missing = [op for op in ops if op in _MISSING_OPS]
@@ -101,22 +116,7 @@ def describe_lowered(ops) -> str:
         if unfused:
             parts.append(f"{' and '.join(unfused)} rewritten as pairwise {pairwise}, which fuse "
                          "into the op before them (TVM's importer stacks the inputs and reduces)")
-    if "Pow" in ops:
-        parts.append("Pow by a constant 3 or 4 rewritten as Muls (TVM calls powf per element)")
-    if "Sigmoid" in ops:
-        parts.append("Sigmoid written as 1 / (1 + Exp(-x)), whose Exp TVM's fast math takes")
-    if "Gelu" in ops:
-        parts.append("Gelu written in Erf or Tanh, which TVM's fast math takes (its gelu calls "
-                     "erff per element)")
-    if "Mish" in ops:
-        parts.append("Mish written as a ratio of Exps, which TVM's fast math takes (its "
-                     "softplus calls logf per element)")
-    if "Softplus" in ops:
-        parts.append("Softplus written with Exps (under a Tanh, Mish's ratio; else a series for "
-                     "its log), which TVM's fast math takes (its softplus calls logf per element)")
-    if "BatchNormalization" in ops:
-        parts.append("BatchNormalization TVM would not fold into a conv written as x * scale + "
-                     "shift")
+    parts += [text for op, text in _REWRITE_LINES.items() if op in ops]
     return "; ".join(parts)
 
 
