@@ -91,11 +91,9 @@ def lower_softplus(graph: GraphWriter, node):
     """A float32 Softplus read only by a Tanh goes: the Tanh's rewrite computes both; any other
     becomes max(x, 0) + 2 atanh(u / (2 + u)), u = Exp(-|x|) (see above)."""
     x = node.input[0]
-    if not _is_float32(graph, x):
-        return KEPT
-    if _under_tanh(node, graph.readers, graph.opset):
+    if _goes_into_its_tanh(graph, node):
         return None
-    if graph.opset < _BROADCASTING_ADD:
+    if not _is_float32(graph, x) or graph.opset < _BROADCASTING_ADD:
         return KEPT
     two = graph.constant_node(np.float32(2.0), "two")
     u = graph.op("Exp", [graph.op("Neg", [graph.op("Abs", [x])])])
@@ -115,8 +113,7 @@ def lower_tanh(graph: GraphWriter, node):
     the Softplus); any other Tanh is kept (TVM's fast math takes it)."""
     softplus = graph.producers.get(node.input[0])
     if (softplus is None or softplus.op_type != "Softplus"
-            or not _under_tanh(softplus, graph.readers, graph.opset)
-            or not _is_float32(graph, softplus.input[0])):
+            or not _goes_into_its_tanh(graph, softplus)):
         return KEPT
     _tanh_of_softplus(graph, softplus.input[0], output=node.output[0])
     return None
@@ -129,6 +126,13 @@ def _tanh_of_softplus(graph: GraphWriter, x: str, output: str | None = None) -> 
     exp = graph.op("Exp", [capped])
     n = graph.op("Mul", [exp, graph.op("Add", [exp, two])], "n")
     return graph.op("Div", [n, graph.op("Add", [n, two])], output=output)
+
+
+def _goes_into_its_tanh(graph: GraphWriter, softplus) -> bool:
+    """Whether `softplus` is dropped and its Tanh computes both: the one test both lowerings
+    ask, so that neither acts without the other."""
+    return (_is_float32(graph, softplus.input[0])
+            and _under_tanh(softplus, graph.readers, graph.opset))
 
 
 def _under_tanh(softplus, readers: dict, opset: int) -> bool:
