@@ -27,6 +27,7 @@ from harl.frontend.onnx_model import (
 )
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
+from harl.measure import cpu_load
 from harl.measure.threads import use_physical_cores
 from harl.report.history import TaskStats, last_history_time_s
 from harl.report.phases import PhaseClock
@@ -283,9 +284,12 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
 
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4
+    before = cpu_load.snapshot()
     samples = latencies_within_ms(runners, inputs, rounds,
                                   max(1, config.verify.latency_repeats // rounds),
                                   config.verify.timing_seconds)
+    other = cpu_load.other_load_cores(before, cpu_load.snapshot())
+    report.timing_other_cores = None if other is None else round(other, 3)
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
     clock.lap("timing")
 

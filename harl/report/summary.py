@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harl.measure.cpu_load import OTHER_LOAD_WARN_CORES
 from harl.report.history import TaskStats
 from harl.report.phases import format_phases
 
@@ -56,6 +57,9 @@ class RunReport:
     gpu_target: bool = False  # the kernels ran on a GPU; onnxruntime always runs on the CPU
     # This run's wall seconds by phase, in the order they ran (harl.report.phases)
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # Cores' worth of CPU time other processes (or the host) took while the latencies were
+    # timed (harl.measure.cpu_load); None where it could not be read
+    timing_other_cores: float | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -107,6 +111,10 @@ def format_summary(report: RunReport) -> str:
     if lat.get("onnxruntime") and lat.get("tuned"):
         ratio = lat["tuned"] / lat["onnxruntime"]
         lines.append(f"{'tuned / onnxruntime':<24} {ratio:.2f}x{on_cpu}")
+    other = report.timing_other_cores
+    if other is not None and other >= OTHER_LOAD_WARN_CORES:
+        lines.append(f"{'other load':<24} {other:.1f} cores' worth of CPU time went to other "
+                     "processes while timing: the latencies may be off (time on a quiet machine)")
     if report.verified is not None:
         against = report.verified_against or "onnxruntime"
         lines.append(f"{'max abs error':<24} {report.max_abs_err:.3g} "
