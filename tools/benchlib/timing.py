@@ -55,6 +55,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     )
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.loop import open_database
+    from harl.measure import cpu_load
     from harl.measure.threads import use_physical_cores
     from harl.target import is_gpu, local_cpu_count, parse_target
     from harl.tvm_env import load_tensor_intrinsics
@@ -96,7 +97,12 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     runners[UNTUNED] = untuned
 
     say(f"bench: timing {len(runners)} builds interleaved, {settings.rounds} rounds ...")
+    before = cpu_load.snapshot()
     samples = interleaved_latencies_ms(runners, inputs, settings.rounds, settings.repeats)
+    other = cpu_load.other_load_cores(before, cpu_load.snapshot())
+    if other is not None and other >= cpu_load.OTHER_LOAD_WARN_CORES:
+        say(f"bench: other processes took {other:.1f} cores' worth of CPU time while timing: "
+            "these latencies may be off")
     timing.latency_ms = {key: statistics.median(values) for key, values in samples.items()}
     return timing
 
