@@ -17,6 +17,7 @@ from harl.interrupt import (
     UnlessInterrupted,
     interrupt_flag,
 )
+from harl.measure import cpu_load
 from harl.measure.builder import PersistentBuilder
 from harl.measure.clock import StageClock
 from harl.measure.runner import ClockedRunner, make_runner, shutdown_runner
@@ -101,6 +102,16 @@ def _join_in_flight(task_scheduler) -> None:
                 task_scheduler.join_running_task(task_id)
             except Exception as err:  # the interrupt is what the user must see
                 logger.warning("task %d's batch in flight is lost: %s", task_id, err)
+
+
+def _say_if_measured_beside_others(clock: StageClock, say) -> None:
+    """A tuning whose candidates were timed while other processes took CPU time chose among
+    timings that may be off; say so once, at the end of tuning."""
+    others = clock.others_while_measuring()
+    if others is not None and others >= cpu_load.OTHER_LOAD_WARN_CORES:
+        say(f"harl: other processes took {others:.1f} cores' worth of CPU time while candidates "
+            "were measured: the tuning's timings, and so its choices, may be off (tune on a "
+            "quiet machine)")
 
 
 def _measure_naive_nests(tasks, target, check: list[int], builder, runner, database,
@@ -190,7 +201,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     max_trials_per_task=settings.trials,
                     num_trials_per_iter=settings.trials_per_batch,
                     builder=builder,
-                    runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock),
+                    runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock,
+                                         watch_load=rpc is None),
                     measure_callbacks=[*_default_callbacks(interrupt), recorder,
                                        *plan.measure_callbacks],
                     database=database,
@@ -203,6 +215,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             if nests and not interrupt.requested:
                 _measure_naive_nests(tasks, target, tasks_to_check(stats, plan.naive_nests),
                                      builder, runner, database, recorder, say, "after tuning")
+            _say_if_measured_beside_others(clock, say)
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

@@ -11,3 +11,12 @@ class StageClock:
 
     build_s: float = 0.0
     run_s: float = 0.0
+    # Of the runs whose CPU load was watched (local measuring): their seconds, and the
+    # core-seconds other processes took meanwhile (harl.measure.cpu_load)
+    watched_run_s: float = 0.0
+    others_core_s: float = 0.0
+
+    def others_while_measuring(self) -> float | None:
+        """Cores' worth of CPU time other processes took, on average, while candidates were
+        measured; None where nothing was watched."""
+        return self.others_core_s / self.watched_run_s if self.watched_run_s > 0 else None

@@ -3,7 +3,7 @@
 On a machine of few cores, a timing that shares them with another job can be wildly off (a
 2-core run timed a 0.17 ms model at 24 ms beside a test suite; docs/benchmarks.md, session 41).
 The kernel's per-CPU counters (/proc/stat) say how busy the CPUs this process may run on were;
-what this process and its reaped children used is subtracted, and the rest was someone else's,
+what this process and its descendants used is subtracted, and the rest was someone else's,
 the time the hypervisor gave to other guests (steal) included. Linux only: elsewhere the
 snapshot is None and nothing is said.
 """
@@ -54,7 +54,32 @@ def snapshot(proc_stat: Path = _PROC_STAT) -> CpuSnapshot | None:
         busy += sum(values[i] for i in _BUSY_COLUMNS if i < len(values))
     times = os.times()
     own = times.user + times.system + times.children_user + times.children_system
-    return CpuSnapshot(busy / ticks, own, time.monotonic(), len(cpus))
+    return CpuSnapshot(busy / ticks, own + _living_descendants_s(ticks), time.monotonic(),
+                       len(cpus))
+
+
+def _living_descendants_s(ticks: int, proc: Path = Path("/proc")) -> float:
+    """CPU seconds of this process's living descendants (the builder's and runner's workers)
+    and of the children they reaped; os.times counts a child only once it is reaped."""
+    total, pending, seen = 0.0, [os.getpid()], set()
+    while pending:
+        pid = pending.pop()
+        for thread in (proc / str(pid) / "task").glob("*"):
+            try:
+                children = [int(c) for c in (thread / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            for child in children:
+                if child in seen:
+                    continue
+                seen.add(child)
+                pending.append(child)
+                try:  # fields after the command's ")": utime, stime, cutime, cstime at 11-14
+                    fields = (proc / str(child) / "stat").read_text().rpartition(")")[2].split()
+                    total += sum(int(v) for v in fields[11:15]) / ticks
+                except (OSError, ValueError):
+                    continue  # it exited meanwhile: its parent's reaped time has it
+    return total
 
 
 def other_load_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:

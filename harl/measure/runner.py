@@ -8,6 +8,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
 from harl.config import MeasureConfig, RpcConfig
+from harl.measure import cpu_load
 from harl.measure.arguments import local_arguments
 from harl.measure.clock import StageClock
 from harl.measure.worker_lifetime import worker_initializer
@@ -38,17 +39,24 @@ class ClockedRunner(PyRunner):
     there only submission is counted (the rest shows as search time).
     """
 
-    def __init__(self, inner, clock: StageClock) -> None:
+    def __init__(self, inner, clock: StageClock, watch_load: bool = False) -> None:
         super().__init__()
         self.inner = inner
         self.clock = clock
+        self.watch_load = watch_load  # measuring happens here: note others' CPU load meanwhile
 
     def run(self, runner_inputs):
         start = time.perf_counter()
+        before = cpu_load.snapshot() if self.watch_load else None
         try:
             return self.inner.run(runner_inputs)
         finally:
-            self.clock.run_s += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self.clock.run_s += seconds
+            others = cpu_load.other_load_cores(before, cpu_load.snapshot() if before else None)
+            if others is not None:
+                self.clock.watched_run_s += seconds
+                self.clock.others_core_s += others * seconds
 
 
 def make_runner(config: MeasureConfig, rpc: RpcConfig | None = None):
