@@ -109,9 +109,8 @@ def _say_if_measured_beside_others(clock: StageClock, say) -> None:
     timings that may be off; say so once, at the end of tuning."""
     others = clock.others_while_measuring()
     if others is not None and others >= cpu_load.OTHER_LOAD_WARN_CORES:
-        say(f"harl: other processes took {others:.1f} cores' worth of CPU time while candidates "
-            "were measured: the tuning's timings, and so its choices, may be off (tune on a "
-            "quiet machine)")
+        say("harl: " + cpu_load.describe_other_load(others, "candidates were measured")
+            + ": the tuning's timings, and so its choices, may be off (tune on a quiet machine)")
 
 
 def _measure_naive_nests(tasks, target, check: list[int], builder, runner, database,

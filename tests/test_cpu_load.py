@@ -1,3 +1,5 @@
+import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -7,11 +9,13 @@ import pytest
 from harl.loop import _say_if_measured_beside_others
 from harl.measure import cpu_load
 from harl.measure.clock import StageClock
-from harl.measure.cpu_load import CpuSnapshot, other_load_cores, snapshot
+from harl.measure.cpu_load import CpuSnapshot, other_core_seconds, other_load_cores, snapshot
 from harl.measure.runner import ClockedRunner
 from harl.report.summary import RunReport, TaskSummary, format_summary
 
-linux_only = pytest.mark.skipif(snapshot() is None, reason="no /proc/stat here")
+linux_only = pytest.mark.skipif(snapshot() is None, reason="no usable /proc counters here")
+
+SPIN = "import time\nend = time.monotonic() + {}\nwhile time.monotonic() < end: pass"
 
 
 def spin(seconds: float) -> None:
@@ -20,31 +24,39 @@ def spin(seconds: float) -> None:
         pass
 
 
-SPIN = "import time\nend = time.monotonic() + {}\nwhile time.monotonic() < end: pass"
-
-
-def load_while_sleeping(seconds: float) -> float:
-    time.sleep(0.5)  # past the spinner's start-up
+def load_over(seconds: float) -> float:
     before = snapshot()
     time.sleep(seconds)
     return other_load_cores(before, snapshot())
 
 
-def start_another_process_spinning(seconds: float) -> None:
+class AnotherProcessSpinning:
     """Not a descendant: started by a child that exits at once, so it belongs to someone else."""
-    subprocess.run([sys.executable, "-c", "import subprocess, sys; subprocess.Popen("
-                    f"[sys.executable, '-c', {SPIN.format(seconds)!r}], start_new_session=True)"],
-                   check=True)
+
+    def __enter__(self):
+        launcher = subprocess.run(
+            [sys.executable, "-c", "import subprocess, sys; print(subprocess.Popen("
+             f"[sys.executable, '-c', {SPIN.format(30)!r}], start_new_session=True, "
+             "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)"],
+            check=True, capture_output=True, text=True)
+        self.pid = int(launcher.stdout)
+        time.sleep(0.5)  # past its start-up
+        return self
+
+    def __exit__(self, *exc):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, 9)
+        time.sleep(0.2)
 
 
 @linux_only
 def test_another_process_spinning_counts_and_this_one_and_its_children_do_not():
-    start_another_process_spinning(2.5)
-    beside_another = load_while_sleeping(1.5)
-    time.sleep(1.0)  # it has stopped
-    child = subprocess.Popen([sys.executable, "-c", SPIN.format(2.5)])
+    with AnotherProcessSpinning():
+        beside_another = load_over(1.5)
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(30)])
     try:
-        beside_a_child = load_while_sleeping(1.5)
+        time.sleep(0.5)
+        beside_a_child = load_over(1.5)
     finally:
         child.kill()
         child.wait()
@@ -58,26 +70,64 @@ def test_another_process_spinning_counts_and_this_one_and_its_children_do_not():
     assert own < beside_another - 0.4
 
 
+@linux_only
+def test_a_child_that_exits_inside_the_window_is_counted_once_as_this_process_own():
+    before = snapshot()
+    child = subprocess.Popen([sys.executable, "-c", SPIN.format(1.0)])
+    time.sleep(0.5)
+    middle = snapshot()  # while it runs: a living descendant
+    child.wait()  # reaped: now in this process's children's times
+    after = snapshot()
+    assert after.own_s - before.own_s > 0.8  # its second of spinning, counted
+    assert after.own_s - middle.own_s < 0.8  # and not its first half again
+
+
 def test_a_missing_or_stalled_snapshot_says_nothing():
     a = CpuSnapshot(busy_s=10.0, own_s=1.0, wall_s=5.0, cores=2)
     assert other_load_cores(None, a) is None
     assert other_load_cores(a, a) is None
-    # Own time larger than the counters' (their 10 ms ticks lag) is no one else's load.
+    # Own time above the counters' (their 10 ms ticks lag) is no one else's load, but the
+    # signed seconds keep the tick so that sums over many windows cancel it out.
     assert other_load_cores(a, CpuSnapshot(10.5, 1.6, 6.0, 2)) == 0.0
+    assert other_core_seconds(a, CpuSnapshot(10.5, 1.6, 6.0, 2)) == pytest.approx(-0.1)
     assert other_load_cores(a, CpuSnapshot(12.0, 1.5, 6.0, 2)) == pytest.approx(1.5)
 
 
+def fake_proc(tmp_path, children_list: bool = True):
+    proc = tmp_path / "proc"
+    (proc / str(os.getpid()) / "task" / str(os.getpid())).mkdir(parents=True)
+    if children_list:
+        (proc / str(os.getpid()) / "task" / str(os.getpid()) / "children").write_text("")
+    (proc / "stat").write_text("cpu  900 0 900 0 0 0 0 0 0 0\n"
+                               "cpu0 100 5 50 1000 7 1 2 3 0 0\n"
+                               "cpu1 400 0 400 0 0 0 0 0 0 0\n"
+                               "intr 123\n")
+    return proc
+
+
 def test_only_the_cpus_this_process_may_run_on_are_counted(tmp_path, monkeypatch):
-    stat = tmp_path / "stat"
-    stat.write_text("cpu  900 0 900 0 0 0 0 0 0 0\n"
-                    "cpu0 100 5 50 1000 7 1 2 3 0 0\n"
-                    "cpu1 400 0 400 0 0 0 0 0 0 0\n"
-                    "intr 123\n")
-    monkeypatch.setattr(cpu_load.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(cpu_load.os, "sysconf", lambda name: 100)
-    shot = snapshot(stat)
+    shot = snapshot(fake_proc(tmp_path), frozenset({0}), cgroup=tmp_path)
     assert shot.cores == 1
     assert shot.busy_s == pytest.approx((100 + 5 + 50 + 1 + 2 + 3) / 100)  # idle, iowait left out
+
+
+def test_counters_that_would_mislead_give_no_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_load.os, "sysconf", lambda name: 100)
+    two = frozenset({0, 1})
+    proc = fake_proc(tmp_path)
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert snapshot(proc, two, cgroup=tmp_path) is not None
+    # A quota of half a core on two visible CPUs: the counters hold other tenants' load.
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert snapshot(proc, two, cgroup=tmp_path) is None
+    (tmp_path / "cpu.max").write_text("200000 100000\n")
+    assert snapshot(proc, two, cgroup=tmp_path) is not None
+    # Counters that do not parse, or no list of children to tell the workers by: nothing.
+    (proc / "stat").write_text("cpu0 a b c\n")
+    assert snapshot(proc, two, cgroup=tmp_path) is None
+    assert snapshot(fake_proc(tmp_path / "other", children_list=False), two,
+                    cgroup=tmp_path) is None
 
 
 def test_the_summary_flags_timings_taken_beside_other_load():
@@ -88,7 +138,7 @@ def test_the_summary_flags_timings_taken_beside_other_load():
     assert "other load" not in format_summary(report)
     report.timing_other_cores = 0.9
     line = next(x for x in format_summary(report).splitlines() if x.startswith("other load"))
-    assert "0.9 cores' worth of CPU time went to other processes" in line
+    assert "on average 0.90 cores were busy with other processes or the host while timing" in line
 
 
 class SleepingRunner:
@@ -101,10 +151,9 @@ class SleepingRunner:
 def test_candidates_measured_beside_another_process_are_flagged_after_tuning():
     quiet, watched, unwatched = StageClock(), StageClock(), StageClock()
     ClockedRunner(SleepingRunner(), unwatched).run([])  # a farm's runner: not watched
-    start_another_process_spinning(2.5)
-    time.sleep(0.5)
-    for _ in range(2):
-        ClockedRunner(SleepingRunner(), watched, watch_load=True).run([])
+    with AnotherProcessSpinning():
+        for _ in range(2):
+            ClockedRunner(SleepingRunner(), watched, watch_load=True).run([])
     said = []
     _say_if_measured_beside_others(watched, said.append)
     assert watched.watched_run_s == pytest.approx(watched.run_s) and watched.run_s >= 1.2

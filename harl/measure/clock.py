@@ -19,4 +19,6 @@ class StageClock:
     def others_while_measuring(self) -> float | None:
         """Cores' worth of CPU time other processes took, on average, while candidates were
         measured; None where nothing was watched."""
-        return self.others_core_s / self.watched_run_s if self.watched_run_s > 0 else None
+        if self.watched_run_s <= 0:
+            return None
+        return max(0.0, self.others_core_s / self.watched_run_s)

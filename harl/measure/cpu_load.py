@@ -4,8 +4,10 @@ On a machine of few cores, a timing that shares them with another job can be wil
 2-core run timed a 0.17 ms model at 24 ms beside a test suite; docs/benchmarks.md, session 41).
 The kernel's per-CPU counters (/proc/stat) say how busy the CPUs this process may run on were;
 what this process and its descendants used is subtracted, and the rest was someone else's,
-the time the hypervisor gave to other guests (steal) included. Linux only: elsewhere the
-snapshot is None and nothing is said.
+the time the hypervisor gave to other guests (steal) included. Linux only, and only where the
+answer means something: elsewhere, without the kernel's list of a process's children, or in a
+container whose CPU quota is smaller than the CPUs it sees, a snapshot is None and nothing is
+said.
 """
 
 from __future__ import annotations
@@ -15,14 +17,26 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_PROC_STAT = Path("/proc/stat")
+_PROC = Path("/proc")
 # /proc/stat per-CPU columns: user nice system idle iowait irq softirq steal [guest guest_nice].
 # guest time is already inside user, so it is not added again.
 _BUSY_COLUMNS = (0, 1, 2, 5, 6, 7)
 
 OTHER_LOAD_WARN_CORES = 0.25
 """other processes' load, in cores, from which a run's timings are flagged as possibly off (an
-idle development machine's background sits near 0.02)"""
+idle development machine's background sits near 0.01)"""
+
+
+def _allowed_cpus() -> frozenset[int]:
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return frozenset()
+
+
+# Read once, at import: TVM's thread pool may later pin the calling thread to one core, and
+# sched_getaffinity answers for the calling thread.
+_CPUS = _allowed_cpus()
 
 
 @dataclass(frozen=True)
@@ -35,38 +49,59 @@ class CpuSnapshot:
     cores: int
 
 
-def snapshot(proc_stat: Path = _PROC_STAT) -> CpuSnapshot | None:
-    """The counters now; None where /proc/stat cannot be read or parsed."""
+def snapshot(proc: Path = _PROC, cpus: frozenset[int] | None = None,
+             cgroup: Path = Path("/sys/fs/cgroup")) -> CpuSnapshot | None:
+    """The counters now; None where they cannot be read or would not mean what they say."""
+    cpus = _CPUS if cpus is None else cpus
     try:
-        cpus = set(os.sched_getaffinity(0))
-        text = proc_stat.read_text()
+        if not cpus or _quota_below(cpus, cgroup):
+            return None
         ticks = os.sysconf("SC_CLK_TCK")
-    except (AttributeError, OSError, ValueError):
-        return None
-    busy = 0
-    for line in text.splitlines():
-        name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or name == "cpu" or not name[3:].isdigit():
-            continue
-        if int(name[3:]) not in cpus:
-            continue
-        values = [int(v) for v in rest.split()]
-        busy += sum(values[i] for i in _BUSY_COLUMNS if i < len(values))
-    times = os.times()
-    own = times.user + times.system + times.children_user + times.children_system
-    return CpuSnapshot(busy / ticks, own + _living_descendants_s(ticks), time.monotonic(),
-                       len(cpus))
+        descendants = _living_descendants_s(ticks, proc)
+        if descendants is None:
+            return None
+        busy = 0
+        for line in (proc / "stat").read_text().splitlines():
+            name, _, rest = line.partition(" ")
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                values = [int(v) for v in rest.split()]
+                busy += sum(values[i] for i in _BUSY_COLUMNS if i < len(values))
+        times = os.times()
+        own = times.user + times.system + times.children_user + times.children_system
+        return CpuSnapshot(busy / ticks, own + descendants, time.monotonic(), len(cpus))
+    except (OSError, ValueError, ZeroDivisionError):
+        return None  # a counter that cannot be read says nothing; it never stops a run
 
 
-def _living_descendants_s(ticks: int, proc: Path = Path("/proc")) -> float:
+def _quota_below(cpus: frozenset[int], cgroup: Path) -> bool:
+    """A cgroup v2 CPU quota smaller than the CPUs seen: the counters then hold other tenants'
+    load on CPUs this container does not really have."""
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return False
+    return quota != "max" and int(quota) / int(period) < len(cpus) - 0.5
+
+
+def _living_descendants_s(ticks: int, proc: Path) -> float | None:
     """CPU seconds of this process's living descendants (the builder's and runner's workers)
-    and of the children they reaped; os.times counts a child only once it is reaped."""
-    total, pending, seen = 0.0, [os.getpid()], set()
+    and of the children they reaped, as os.times counts a child only once it is reaped; None
+    where the kernel keeps no list of a process's children (its workers could not be told from
+    other processes)."""
+    pid = os.getpid()
+    if not (proc / str(pid) / "task" / str(pid) / "children").exists():
+        return None
+    total, pending, seen = 0.0, [pid], set()
     while pending:
-        pid = pending.pop()
-        for thread in (proc / str(pid) / "task").glob("*"):
+        parent = pending.pop()
+        try:
+            threads = os.listdir(proc / str(parent) / "task")
+        except OSError:
+            continue  # it exited meanwhile
+        for thread in threads:
             try:
-                children = [int(c) for c in (thread / "children").read_text().split()]
+                children = [int(c) for c in
+                            (proc / str(parent) / "task" / thread / "children").read_text().split()]
             except (OSError, ValueError):
                 continue
             for child in children:
@@ -82,10 +117,25 @@ def _living_descendants_s(ticks: int, proc: Path = Path("/proc")) -> float:
     return total
 
 
-def other_load_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
-    """Cores' worth of CPU time others took between two snapshots (None if either is missing
-    or no time passed). /proc/stat counts in clock ticks (10 ms), so short windows are coarse."""
+def other_core_seconds(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
+    """CPU seconds others took between two snapshots, signed: /proc/stat counts in clock ticks
+    (10 ms), so over a short window it can come out a tick below this process's own time; sums
+    over many windows cancel that out where clamping each would not."""
     if before is None or after is None or after.wall_s <= before.wall_s:
         return None
-    others = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
-    return max(0.0, others / (after.wall_s - before.wall_s))
+    return (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
+
+
+def other_load_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
+    """Cores' worth of CPU time others took, on average, between two snapshots (None if either
+    is missing or no time passed)."""
+    seconds = other_core_seconds(before, after)
+    if seconds is None:
+        return None
+    return max(0.0, seconds / (after.wall_s - before.wall_s))
+
+
+def describe_other_load(cores: float, while_doing: str) -> str:
+    """The line a run prints where others' load may have made its timings off."""
+    return (f"on average {cores:.2f} cores were busy with other processes or the host while "
+            f"{while_doing}")

@@ -53,10 +53,11 @@ class ClockedRunner(PyRunner):
         finally:
             seconds = time.perf_counter() - start
             self.clock.run_s += seconds
-            others = cpu_load.other_load_cores(before, cpu_load.snapshot() if before else None)
+            others = cpu_load.other_core_seconds(before,
+                                                 cpu_load.snapshot() if before else None)
             if others is not None:
                 self.clock.watched_run_s += seconds
-                self.clock.others_core_s += others * seconds
+                self.clock.others_core_s += others
 
 
 def make_runner(config: MeasureConfig, rpc: RpcConfig | None = None):

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harl.measure.cpu_load import OTHER_LOAD_WARN_CORES
+from harl.measure.cpu_load import OTHER_LOAD_WARN_CORES, describe_other_load
 from harl.report.history import TaskStats
 from harl.report.phases import format_phases
 
@@ -113,8 +113,8 @@ def format_summary(report: RunReport) -> str:
         lines.append(f"{'tuned / onnxruntime':<24} {ratio:.2f}x{on_cpu}")
     other = report.timing_other_cores
     if other is not None and other >= OTHER_LOAD_WARN_CORES:
-        lines.append(f"{'other load':<24} {other:.1f} cores' worth of CPU time went to other "
-                     "processes while timing: the latencies may be off (time on a quiet machine)")
+        lines.append(f"{'other load':<24} " + describe_other_load(other, "timing") +
+                     ": the latencies may be off (time on a quiet machine)")
     if report.verified is not None:
         against = report.verified_against or "onnxruntime"
         lines.append(f"{'max abs error':<24} {report.max_abs_err:.3g} "

@@ -101,8 +101,8 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     samples = interleaved_latencies_ms(runners, inputs, settings.rounds, settings.repeats)
     other = cpu_load.other_load_cores(before, cpu_load.snapshot())
     if other is not None and other >= cpu_load.OTHER_LOAD_WARN_CORES:
-        say(f"bench: other processes took {other:.1f} cores' worth of CPU time while timing: "
-            "these latencies may be off")
+        say("bench: " + cpu_load.describe_other_load(other, "timing")
+            + ": these latencies may be off")
     timing.latency_ms = {key: statistics.median(values) for key, values in samples.items()}
     return timing
 
