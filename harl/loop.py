@@ -137,12 +137,13 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
                say: Callable[[str], None] | None = None, rpc: RpcConfig | None = None,
-               builder=None, runner=None) -> tuple[object, list[TaskStats]]:
+               builder=None, runner=None,
+               clock: StageClock | None = None) -> tuple[object, list[TaskStats]]:
     """Tune `tasks` for `settings.trials` more trials; returns the database and per-task stats.
 
     `resume` carries an earlier run's database, stats and records (see harl.resume); `rpc`
     measures on a device farm; `builder` and `runner` replace harl's own (tests inject failing
-    ones).
+    ones); `clock`, where given, gathers the seconds and load of the measuring stages.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -152,7 +153,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                             [TaskStats(task.name, task.weight, task.flop) for task in tasks])
     database, stats = resume.database, resume.stats
     own_builder, own_runner = builder is None, runner is None
-    clock = StageClock()
+    clock = StageClock() if clock is None else clock
     # Started before the recorder's clock: its worker's start-up is not a trial's cost.
     runner = make_runner(measure, rpc) if own_runner else runner
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock,

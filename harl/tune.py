@@ -28,6 +28,7 @@ from harl.frontend.onnx_model import (
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
 from harl.measure import cpu_load
+from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
 from harl.report.history import TaskStats, last_history_time_s
 from harl.report.phases import PhaseClock
@@ -166,6 +167,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     # 2. Tune
     clock.lap("setup")
     plan = None
+    stage_clock = StageClock()
     if remaining > 0:
         plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
                          overlap=config.rpc is not None,  # the farm's futures are pending
@@ -175,7 +177,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         progress = Progress(config.trials, enabled=False if config.quiet else None,
                             done_before=resume.prior.trials)
         tune_tasks(tasks, target, plan, work_dir, settings, config.measure, progress, resume, say,
-                   rpc=config.rpc)
+                   rpc=config.rpc, clock=stage_clock)
     database, stats = resume.database, resume.stats
     tune_seconds = clock.lap("tuning")
 
@@ -193,6 +195,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
             plan.metrics.stages if plan is not None and plan.metrics else {}).items()},
         cost_prior=cost_prior is not None,
         runtime_threads=runtime_threads,
+        measure_other_cores=_rounded(stage_clock.others_while_measuring()),
     )
     if config.evaluate:
         compile_database = database
@@ -255,6 +258,10 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     return database
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
                   config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
     """Fill the report's latencies and output check (skipped when the target is not here);
@@ -288,8 +295,7 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     samples = latencies_within_ms(runners, inputs, rounds,
                                   max(1, config.verify.latency_repeats // rounds),
                                   config.verify.timing_seconds)
-    other = cpu_load.other_load_cores(before, cpu_load.snapshot())
-    report.timing_other_cores = None if other is None else round(other, 3)
+    report.timing_other_cores = _rounded(cpu_load.other_load_cores(before, cpu_load.snapshot()))
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
     clock.lap("timing")
 

@@ -57,9 +57,11 @@ class RunReport:
     gpu_target: bool = False  # the kernels ran on a GPU; onnxruntime always runs on the CPU
     # This run's wall seconds by phase, in the order they ran (harl.report.phases)
     phase_seconds: dict[str, float] = field(default_factory=dict)
-    # Cores' worth of CPU time other processes (or the host) took while the latencies were
-    # timed (harl.measure.cpu_load); None where it could not be read
+    # Cores other processes (or the host) kept busy on average while the latencies were timed,
+    # and while this run's candidates were measured locally (harl.measure.cpu_load); None where
+    # the counters could not be read or nothing was measured
     timing_other_cores: float | None = None
+    measure_other_cores: float | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
