@@ -27,6 +27,8 @@ from benchlib.report import (  # noqa: E402
     reach_baseline,
     summary_rows,
     vs_baseline,
+    write_runs_csv,
+    write_summary,
 )
 from benchlib.runs import RunResult, RunSpec  # noqa: E402
 from benchlib.timing import ONNXRUNTIME, UNTUNED  # noqa: E402
@@ -118,6 +120,22 @@ def test_ratios_and_reach_pair_runs_with_metaschedule_of_the_same_seed():
     assert ms_row[4] == "10 (2/2)" and ms_row[5] == "89.5 [80, 99] (2/2)"
     assert harl_row[2] == "harl" and harl_row[3] == "1.00x [0.50, 1.50]"
     assert harl_row[4] == "6 (1/2)" and harl_row[6] == "1.75x [0.50, 3.00]"
+
+
+def test_a_run_tuned_beside_other_load_is_named_in_the_summary(tmp_path):
+    quiet = fake_run("metaschedule", 0, 2.0, [CurvePoint(10, 50.0, 2.0)])
+    crowded = fake_run("harl", 0, 1.0, [CurvePoint(10, 50.0, 2.0)])
+    quiet.report["measure_other_cores"] = 0.01
+    crowded.report["measure_other_cores"] = 0.93
+    runs, refs = [quiet, crowded], {"m": {ONNXRUNTIME: 2.0, UNTUNED: 10.0}}
+    text = write_summary(tmp_path / "summary.md", ["header"], runs, refs, [])
+    named = [line for line in text.splitlines() if "cores busy on average" in line]
+    assert named == ["- run m/harl-0 measured its candidates while other processes or the host "
+                     "kept 0.93 cores busy on average: its tuning may have chosen on timings "
+                     "that were off"]
+    write_runs_csv(tmp_path / "runs.csv", runs, refs)
+    rows = list(csv.DictReader((tmp_path / "runs.csv").open()))
+    assert [r["measure_other_cores"] for r in rows] == ["0.01", "0.93"]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 from benchlib.curves import Spread, first_reaching, spread
 from benchlib.runs import RunResult
 from benchlib.timing import ONNXRUNTIME, UNTUNED
+from harl.measure.cpu_load import OTHER_LOAD_WARN_CORES
 
 BASELINE = "metaschedule"
 
@@ -18,7 +19,8 @@ RUN_COLUMNS = ("model", "strategy", "trials", "seed", "exit_code", "tune_wall_s"
                "vs_metaschedule",
                "vs_onnxruntime", "vs_untuned", "verified", "max_abs_err",
                "build_s_per_trial", "run_s_per_trial", "search_s_per_trial",
-               "agents_s_per_trial", "cost_model_training_s_per_trial", "work_dir")
+               "agents_s_per_trial", "cost_model_training_s_per_trial", "measure_other_cores",
+               "work_dir")
 
 
 def agent_split(run: RunResult) -> tuple[float, float] | None:
@@ -79,7 +81,8 @@ def write_runs_csv(path: Path, runs: Sequence[RunResult],
                 ratio(run.latency_ms, refs.get(UNTUNED)), run.verified, run.max_abs_err,
                 cost.build_s if cost else None, cost.run_s if cost else None,
                 cost.search_s if cost else None, split[0] if split else None,
-                split[1] if split else None, str(run.work_dir))])
+                split[1] if split else None, run.report.get("measure_other_cores"),
+                str(run.work_dir))])
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,12 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
                      f"untuned TVM {refs[UNTUNED]:.4g} ms; outputs of {len(verified) - len(bad)}"
                      f"/{len(verified)} tuned builds match onnxruntime"
                      + (f" (mismatch: {', '.join(bad)})" if bad else ""))
+    crowded = [r for r in runs
+               if (r.report.get("measure_other_cores") or 0.0) >= OTHER_LOAD_WARN_CORES]
+    for run in crowded:
+        parts.append(f"- run {run.spec.label}/{run.work_dir.name} measured its candidates while "
+                     f"other processes or the host kept {run.report['measure_other_cores']:.2f} "
+                     "cores busy on average: its tuning may have chosen on timings that were off")
     failed = [r for r in runs if r.exit_code != 0]
     for run in failed:
         parts.append(f"- run {run.spec.label}/{run.work_dir.name} exited {run.exit_code}; "
