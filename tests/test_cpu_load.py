@@ -91,6 +91,17 @@ def test_a_missing_or_stalled_snapshot_says_nothing():
     assert other_load_cores(a, CpuSnapshot(10.5, 1.6, 6.0, 2)) == 0.0
     assert other_core_seconds(a, CpuSnapshot(10.5, 1.6, 6.0, 2)) == pytest.approx(-0.1)
     assert other_load_cores(a, CpuSnapshot(12.0, 1.5, 6.0, 2)) == pytest.approx(1.5)
+    # One 10 ms tick over half a second is no load to speak of.
+    assert other_load_cores(a, CpuSnapshot(10.01, 1.0, 5.5, 2)) is None
+
+
+def test_a_tick_over_a_few_milliseconds_of_measuring_is_not_load():
+    # A fake runner's instant batches: 5 ms watched, one tick of someone else's (it read as 2.1
+    # cores and a test's loop, which has no `say`, tried to say so).
+    clock = StageClock(run_s=0.005, watched_run_s=0.005, others_core_s=0.01)
+    assert clock.others_while_measuring() is None
+    _say_if_measured_beside_others(StageClock(run_s=2.0, watched_run_s=2.0, others_core_s=1.8),
+                                   None)  # no one to tell: nothing raised
 
 
 def fake_proc(tmp_path, children_list: bool = True):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harl.measure.cpu_load import MIN_WINDOW_S
+
 
 @dataclass
 class StageClock:
@@ -18,7 +20,7 @@ class StageClock:
 
     def others_while_measuring(self) -> float | None:
         """Cores' worth of CPU time other processes took, on average, while candidates were
-        measured; None where nothing was watched."""
-        if self.watched_run_s <= 0:
+        measured; None where less was watched than the counters can tell apart."""
+        if self.watched_run_s < MIN_WINDOW_S:
             return None
         return max(0.0, self.others_core_s / self.watched_run_s)

@@ -22,6 +22,10 @@ _PROC = Path("/proc")
 # guest time is already inside user, so it is not added again.
 _BUSY_COLUMNS = (0, 1, 2, 5, 6, 7)
 
+MIN_WINDOW_S = 1.0
+"""the shortest time over which a load is told: the counters tick every 10 ms, and a tick over
+a few milliseconds of fake measuring read as two cores"""
+
 OTHER_LOAD_WARN_CORES = 0.25
 """other processes' load, in cores, from which a run's timings are flagged as possibly off (an
 idle development machine's background sits near 0.01)"""
@@ -128,9 +132,9 @@ def other_core_seconds(before: CpuSnapshot | None, after: CpuSnapshot | None) ->
 
 def other_load_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
     """Cores' worth of CPU time others took, on average, between two snapshots (None if either
-    is missing or no time passed)."""
+    is missing or they are less than MIN_WINDOW_S apart)."""
     seconds = other_core_seconds(before, after)
-    if seconds is None:
+    if seconds is None or after.wall_s - before.wall_s < MIN_WINDOW_S:
         return None
     return max(0.0, seconds / (after.wall_s - before.wall_s))
 
