@@ -52,8 +52,10 @@ def test_report_history_and_database_agree(mlp_run):
     assert report["runtime_threads"] == (int(chosen) if chosen else physical_core_count())
     assert set(report["latency_ms"]) == {"untuned", "tuned", "onnxruntime"}
     assert all(v > 0 for v in report["latency_ms"].values())
-    if snapshot() is not None:  # Linux: others' load while measuring and timing was read
-        assert report["timing_other_cores"] >= 0.0 and report["measure_other_cores"] >= 0.0
+    if snapshot() is not None:  # Linux: others' load while timing was read (seconds of it)
+        assert report["timing_other_cores"] >= 0.0
+    # Measuring this MLP's candidates may take under the second a load is told over.
+    assert report["measure_other_cores"] is None or report["measure_other_cores"] >= 0.0
     # The MLP's every task is measured, so no picks: the phases in the order they ran.
     assert list(report["phase_seconds"]) == ["setup", "tuning", "compile_verify", "timing"]
     assert report["phase_seconds"]["tuning"] == pytest.approx(report["tune_seconds"], abs=0.01)
