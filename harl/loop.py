@@ -108,7 +108,7 @@ def _say_if_measured_beside_others(clock: StageClock, say) -> None:
     """A tuning whose candidates were timed while other processes took CPU time chose among
     timings that may be off; say so once, at the end of tuning."""
     others = clock.others_while_measuring()
-    if say is not None and others is not None and others >= cpu_load.OTHER_LOAD_WARN_CORES:
+    if say is not None and cpu_load.worth_saying(others):
         say("harl: " + cpu_load.describe_other_load(others, "candidates were measured")
             + ": the tuning's timings, and so its choices, may be off (tune on a quiet machine)")
 

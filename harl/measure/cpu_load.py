@@ -139,6 +139,11 @@ def other_load_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> f
     return max(0.0, seconds / (after.wall_s - before.wall_s))
 
 
+def worth_saying(cores: float | None) -> bool:
+    """Whether others' load, in cores (None: not known), may have put a timing off."""
+    return cores is not None and cores >= OTHER_LOAD_WARN_CORES
+
+
 def describe_other_load(cores: float, while_doing: str) -> str:
     """The line a run prints where others' load may have made its timings off."""
     return (f"on average {cores:.2f} cores were busy with other processes or the host while "

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harl.measure.cpu_load import OTHER_LOAD_WARN_CORES, describe_other_load
+from harl.measure.cpu_load import describe_other_load, worth_saying
 from harl.report.history import TaskStats
 from harl.report.phases import format_phases
 
@@ -113,9 +113,9 @@ def format_summary(report: RunReport) -> str:
     if lat.get("onnxruntime") and lat.get("tuned"):
         ratio = lat["tuned"] / lat["onnxruntime"]
         lines.append(f"{'tuned / onnxruntime':<24} {ratio:.2f}x{on_cpu}")
-    other = report.timing_other_cores
-    if other is not None and other >= OTHER_LOAD_WARN_CORES:
-        lines.append(f"{'other load':<24} " + describe_other_load(other, "timing") +
+    if worth_saying(report.timing_other_cores):
+        lines.append(f"{'other load':<24} " + describe_other_load(report.timing_other_cores,
+                                                                   "timing") +
                      ": the latencies may be off (time on a quiet machine)")
     if report.verified is not None:
         against = report.verified_against or "onnxruntime"

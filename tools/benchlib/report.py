@@ -10,7 +10,7 @@ from pathlib import Path
 from benchlib.curves import Spread, first_reaching, spread
 from benchlib.runs import RunResult
 from benchlib.timing import ONNXRUNTIME, UNTUNED
-from harl.measure.cpu_load import OTHER_LOAD_WARN_CORES
+from harl.measure.cpu_load import worth_saying
 
 BASELINE = "metaschedule"
 
@@ -198,9 +198,7 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
                      f"untuned TVM {refs[UNTUNED]:.4g} ms; outputs of {len(verified) - len(bad)}"
                      f"/{len(verified)} tuned builds match onnxruntime"
                      + (f" (mismatch: {', '.join(bad)})" if bad else ""))
-    crowded = [r for r in runs
-               if (r.report.get("measure_other_cores") or 0.0) >= OTHER_LOAD_WARN_CORES]
-    for run in crowded:
+    for run in [r for r in runs if worth_saying(r.report.get("measure_other_cores"))]:
         parts.append(f"- run {run.spec.label}/{run.work_dir.name} measured its candidates while "
                      f"other processes or the host kept {run.report['measure_other_cores']:.2f} "
                      "cores busy on average: its tuning may have chosen on timings that were off")

@@ -100,7 +100,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     before = cpu_load.snapshot()
     samples = interleaved_latencies_ms(runners, inputs, settings.rounds, settings.repeats)
     other = cpu_load.other_load_cores(before, cpu_load.snapshot())
-    if other is not None and other >= cpu_load.OTHER_LOAD_WARN_CORES:
+    if cpu_load.worth_saying(other):
         say("bench: " + cpu_load.describe_other_load(other, "timing")
             + ": these latencies may be off")
     timing.latency_ms = {key: statistics.median(values) for key, values in samples.items()}
