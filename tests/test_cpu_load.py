@@ -141,6 +141,33 @@ def test_counters_that_would_mislead_give_no_snapshot(tmp_path, monkeypatch):
                     cgroup=tmp_path) is None
 
 
+
+V1_HALF_CORE = {"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"}
+V1_NO_QUOTA = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000"}
+
+
+@pytest.mark.parametrize("cgroup_line, quota_folder, half_core, no_quota", [
+    # v1, the container's cgroup mounted at the root (no namespace): /proc's path is not there
+    ("4:cpu,cpuacct:/docker/abc", "cpu,cpuacct", V1_HALF_CORE, V1_NO_QUOTA),
+    # v1, the path as /proc names it, the quota on the cgroup itself
+    ("4:cpu,cpuacct:/docker/abc", "cpu,cpuacct/docker/abc", V1_HALF_CORE, V1_NO_QUOTA),
+    # v2, the quota on an ancestor of this process's cgroup
+    ("0::/machine/job/step", "machine", {"cpu.max": "50000 100000"}, {"cpu.max": "max 100000"}),
+])
+def test_a_quota_is_found_in_either_cgroup_layout(tmp_path, monkeypatch, cgroup_line,
+                                                  quota_folder, half_core, no_quota):
+    monkeypatch.setattr(cpu_load.os, "sysconf", lambda name: 100)
+    proc = fake_proc(tmp_path)
+    (proc / "self").mkdir()
+    (proc / "self" / "cgroup").write_text(f"7:memory:/docker/abc\n{cgroup_line}\n")
+    folder = tmp_path / "cgroup" / quota_folder
+    folder.mkdir(parents=True)
+    two = frozenset({0, 1})
+    for files, usable in ((no_quota, True), (half_core, False), (no_quota, True)):
+        for name, value in files.items():
+            (folder / name).write_text(value + "\n")
+        assert (snapshot(proc, two, cgroup=tmp_path / "cgroup") is not None) == usable
+
 def test_the_summary_flags_timings_taken_beside_other_load():
     report = RunReport(model="m", target="llvm", strategy="harl", trials=4, trials_done=4,
                        seed=0, tune_seconds=1.0, tasks=[TaskSummary("t", 1, 1e6, 4, 0, 0.5)],

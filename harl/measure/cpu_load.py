@@ -6,8 +6,8 @@ The kernel's per-CPU counters (/proc/stat) say how busy the CPUs this process ma
 what this process and its descendants used is subtracted, and the rest was someone else's,
 the time the hypervisor gave to other guests (steal) included. Linux only, and only where the
 answer means something: elsewhere, without the kernel's list of a process's children, or in a
-container whose CPU quota is smaller than the CPUs it sees, a snapshot is None and nothing is
-said.
+container whose CPU quota (cgroup v1 or v2) is smaller than the CPUs it sees, a snapshot is
+None and nothing is said.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def snapshot(proc: Path = _PROC, cpus: frozenset[int] | None = None,
     """The counters now; None where they cannot be read or would not mean what they say."""
     cpus = _CPUS if cpus is None else cpus
     try:
-        if not cpus or _quota_below(cpus, cgroup):
+        if not cpus or _quota_below(cpus, cgroup, proc):
             return None
         ticks = os.sysconf("SC_CLK_TCK")
         descendants = _living_descendants_s(ticks, proc)
@@ -77,14 +77,42 @@ def snapshot(proc: Path = _PROC, cpus: frozenset[int] | None = None,
         return None  # a counter that cannot be read says nothing; it never stops a run
 
 
-def _quota_below(cpus: frozenset[int], cgroup: Path) -> bool:
-    """A cgroup v2 CPU quota smaller than the CPUs seen: the counters then hold other tenants'
-    load on CPUs this container does not really have."""
+def _quota_below(cpus: frozenset[int], cgroup: Path, proc: Path) -> bool:
+    """A CPU quota smaller than the CPUs seen: the counters then hold other tenants' load on
+    CPUs this container does not really have."""
+    quota = _quota_cores(cgroup, proc)
+    return quota is not None and quota < len(cpus) - 0.5
+
+
+def _quota_cores(cgroup: Path, proc: Path) -> float | None:
+    """The smallest CPU quota, in cores, on this process's cgroups and their ancestors: cgroup
+    v2's cpu.max, v1's CFS quota; None where none is set or none can be read."""
     try:
-        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
-    except (OSError, ValueError):
-        return False
-    return quota != "max" and int(quota) / int(period) < len(cpus) - 0.5
+        lines = (proc / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        lines = ["0::/"]  # a cgroup namespace's view: the mount is this process's own cgroup
+    quotas = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            mount, files = cgroup, ("cpu.max",)
+        elif "cpu" in controllers.split(","):
+            mount, files = cgroup / controllers, ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+            if not mount.is_dir():
+                mount = cgroup / "cpu"
+        else:
+            continue
+        # From the cgroup up to the mount: without a namespace a container's own cgroup is
+        # mounted at the root, and the path /proc names does not exist under it.
+        folder = mount / path.strip("/")
+        for parent in (folder, *[p for p in folder.parents if p.is_relative_to(mount)]):
+            try:
+                values = " ".join((parent / f).read_text() for f in files).split()
+            except OSError:
+                continue
+            if values[0] not in ("max", "-1"):
+                quotas.append(int(values[0]) / int(values[1]))
+    return min(quotas, default=None)
 
 
 def _living_descendants_s(ticks: int, proc: Path) -> float | None:
