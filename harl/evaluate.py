@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harl.frontend.large_models import fits_protobuf
 from harl.frontend.onnx_model import OnnxModel
 from harl.target import is_gpu, use_nvcc_for_cuda
 
@@ -100,8 +101,9 @@ class OnnxRuntimeModel:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(model.proto.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
+        # `model` as loaded: past 2 GB onnxruntime opens its file, weights' files beside it
+        source = model.proto.SerializeToString() if fits_protobuf(model.proto) else str(model.path)
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
     def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         return list(self.session.run(None, inputs))

@@ -19,10 +19,10 @@ def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]
     """Name -> (dims, ONNX element type) of every tensor shape inference can tell."""
     import onnx
 
+    from harl.frontend.large_models import shape_probe
     from harl.frontend.onnx_model import set_input_shapes
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    probe = shape_probe(model)
     set_input_shapes(probe, input_shapes)
     try:
         inferred = onnx.shape_inference.infer_shapes(probe, data_prop=True)

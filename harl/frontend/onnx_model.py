@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from harl.errors import HarlError
+from harl.frontend.large_models import fits_protobuf, onnxruntime_source
 
 IMPORTED_MODEL_FILE = "model_imported.onnx"
 """in the work dir: the graph harl tuned when it is not the model's own (shape computations
@@ -90,8 +91,8 @@ def load_onnx(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None
         raise HarlError(f"{path} is not a readable ONNX model ({_first_line(err)})") from None
     if len(proto.graph.node) == 0:
         raise HarlError(f"{path} is not a readable ONNX model (it has no graph nodes)")
-    try:
-        onnx.checker.check_model(proto)
+    try:  # past 2 GB only the file can be checked (the checker reads the weights' files)
+        onnx.checker.check_model(proto if fits_protobuf(proto) else str(path))
     except onnx.checker.ValidationError as err:
         raise HarlError(f"{path} is not a valid ONNX model: {_first_line(err)}") from None
     inputs, assumed = _static_inputs(proto, dict(input_shapes or {}))
@@ -300,7 +301,10 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
     with tempfile.TemporaryDirectory(prefix="harl-fold-") as scratch:
         options.optimized_model_filepath = str(Path(scratch) / "folded.onnx")
         try:
-            ort.InferenceSession(proto.SerializeToString(), options,
+            if not fits_protobuf(proto):  # the folded graph's weights go to a file too
+                options.add_session_config_entry(
+                    "session.optimized_model_external_initializers_file_name", "folded.data")
+            ort.InferenceSession(onnxruntime_source(proto, Path(scratch)), options,
                                  providers=["CPUExecutionProvider"])
             folded = onnx.load(options.optimized_model_filepath)
         except Exception as err:  # noqa: BLE001  (onnxruntime raises its own kinds)
