@@ -101,8 +101,12 @@ class OnnxRuntimeModel:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        # `model` as loaded: past 2 GB onnxruntime opens its file, weights' files beside it
-        source = model.proto.SerializeToString() if fits_protobuf(model.proto) else str(model.path)
+        if fits_protobuf(model.proto):
+            source = model.proto.SerializeToString()
+        elif model.shapes_folded or model.ops_lowered:  # no file holds what it computes
+            raise ValueError(f"{model.path}: a rewritten graph past 2 GB has no file to run")
+        else:  # the model as loaded: onnxruntime opens its file, the weights' files beside it
+            source = str(model.path)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 
     def run(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -17,7 +17,7 @@ from harl.evaluate import (
     latencies_within_ms,
     verify_tuned,
 )
-from harl.frontend.large_models import fits_protobuf
+from harl.frontend.large_models import fits_protobuf, save_beside_weights
 from harl.frontend.lowering import describe_lowered
 from harl.frontend.onnx_model import (
     IMPORTED_MODEL_FILE,
@@ -72,14 +72,17 @@ def save_imported(model: OnnxModel, path: Path) -> str:
     """Save the graph harl imported (folded, rewritten, its input shapes fixed) for plain TVM
     builds; says where, or why it could not."""
     import onnx
+    from google.protobuf.message import EncodeError
 
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     set_input_shapes(proto, {spec.name: spec.shape for spec in model.inputs})
     try:  # past 2 GB a protobuf cannot hold the weights: they go to a file beside it
-        onnx.save(proto, str(path), save_as_external_data=not fits_protobuf(proto),
-                  location=f"{path.name}.data")
-    except (OSError, ValueError) as err:
+        if fits_protobuf(proto):
+            onnx.save(proto, str(path))
+        else:
+            save_beside_weights(proto, path)
+    except (OSError, ValueError, EncodeError) as err:
         return f"not saved: {err}"
     return f"saved as {path}: the graph to import for plain TVM builds with this log"
 

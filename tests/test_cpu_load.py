@@ -151,6 +151,8 @@ V1_NO_QUOTA = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000"}
     ("4:cpu,cpuacct:/docker/abc", "cpu,cpuacct", V1_HALF_CORE, V1_NO_QUOTA),
     # v1, the path as /proc names it, the quota on the cgroup itself
     ("4:cpu,cpuacct:/docker/abc", "cpu,cpuacct/docker/abc", V1_HALF_CORE, V1_NO_QUOTA),
+    # v1 mounted as "cpu" alone, the controllers' joint name not a folder
+    ("4:cpu,cpuacct:/docker/abc", "cpu", V1_HALF_CORE, V1_NO_QUOTA),
     # v2, the quota on an ancestor of this process's cgroup
     ("0::/machine/job/step", "machine", {"cpu.max": "50000 100000"}, {"cpu.max": "max 100000"}),
 ])
@@ -159,7 +161,8 @@ def test_a_quota_is_found_in_either_cgroup_layout(tmp_path, monkeypatch, cgroup_
     monkeypatch.setattr(cpu_load.os, "sysconf", lambda name: 100)
     proc = fake_proc(tmp_path)
     (proc / "self").mkdir()
-    (proc / "self" / "cgroup").write_text(f"7:memory:/docker/abc\n{cgroup_line}\n")
+    (proc / "self" / "cgroup").write_text(f"7:memory:/docker/abc\nnot a cgroup line\n"
+                                          f"{cgroup_line}\n")
     folder = tmp_path / "cgroup" / quota_folder
     folder.mkdir(parents=True)
     two = frozenset({0, 1})

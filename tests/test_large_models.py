@@ -41,7 +41,26 @@ def test_a_shape_probe_past_the_limit_keeps_the_weights_dims_not_their_values(
     assert probe["W"].raw_data == b"" and list(probe["W"].dims) == [8, 40]
     assert probe["last"].raw_data  # the slice's axis: small, kept for shape inference
     assert {t.name: t.raw_data for t in proto.graph.initializer}["W"]  # the model keeps it
-    assert tensor_shapes(proto, {"x": (1, 4, 16)})["y"][0] == [1, 4, 40]
+    shapes = tensor_shapes(proto, {"x": (1, 4, 16)})
+    assert shapes["m"][0][-1] == 40  # inferred from W's dims (m is no declared output)
+
+
+def test_a_model_saved_beside_its_weights_twice_or_from_anywhere_keeps_one_copy(
+        tmp_path, monkeypatch):
+    proto = onnx.load(str(shape_computing_model(tmp_path / "m.onnx")))
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.chdir(out)  # torch writes model.onnx.data beside model.onnx: where harl runs
+    for _ in range(2):  # a resumed run saves again: ONNX would append to the file
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        large_models.save_beside_weights(copy, out / "m.onnx")
+    assert (out / "m.onnx.data").stat().st_size == 8 * 40 * 4  # W alone, once
+    saved = {t.name: numpy_helper.to_array(t)
+             for t in onnx.load(str(out / "m.onnx")).graph.initializer}
+    original = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    assert saved.keys() == original.keys()
+    assert all(np.array_equal(saved[name], original[name]) for name in saved)
 
 
 def test_a_model_past_the_limit_is_checked_folded_verified_and_saved_through_files(

@@ -11,14 +11,23 @@ PROTOBUF_LIMIT = 2**31 - 1
 """bytes a serialised protobuf message may take"""
 
 WEIGHT_BYTES_KEPT = 1 << 20
-"""initializers up to this size keep their values in a shape probe: shape inference reads small
+"""tensors up to this size keep their values in a shape probe: shape inference reads small
 integer tensors (a Reshape's target shape, a Slice's bounds), never a layer's weights"""
+
+EXTERNAL_MIN_BYTES = 1024
+"""tensors from this size go to the weights' file when a model is saved beside one (ONNX's
+default)"""
+
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                "uint64_data", "string_data")
 
 
 def fits_protobuf(proto) -> bool:
     """Whether `proto` can be serialised (protobuf refuses even to size one past 2 GB)."""
     from google.protobuf.message import EncodeError
 
+    if sum(len(tensor.raw_data) for tensor in proto.graph.initializer) > PROTOBUF_LIMIT:
+        return False  # without encoding it all only to find out (upb sizes by serialising)
     try:
         return proto.ByteSize() <= PROTOBUF_LIMIT
     except EncodeError:
@@ -27,27 +36,52 @@ def fits_protobuf(proto) -> bool:
 
 def shape_probe(proto):
     """A copy of `proto` for shape inference; past 2 GB without the values of its large
-    initializers (their names, types and dims stay)."""
+    tensors (their names, types and dims stay)."""
     import onnx
 
     probe = onnx.ModelProto()
     probe.CopyFrom(proto)
     if not fits_protobuf(proto):
-        for tensor in probe.graph.initializer:
-            if len(tensor.raw_data) > WEIGHT_BYTES_KEPT:
-                tensor.ClearField("raw_data")
+        for tensor in _tensors(probe.graph):
+            if tensor.ByteSize() > WEIGHT_BYTES_KEPT:
+                for field in _DATA_FIELDS:
+                    tensor.ClearField(field)
     return probe
 
 
-def onnxruntime_source(proto, scratch: Path) -> bytes | str:
-    """What onnxruntime opens `proto` from: its bytes, or past 2 GB a copy saved in `scratch`
-    with the weights in a file beside it."""
+def save_beside_weights(proto, path: Path) -> None:
+    """Save `proto` at `path`, its tensors of EXTERNAL_MIN_BYTES or more in `path`.data, which
+    is written afresh. `proto` loses those tensors' values."""
     import onnx
+    from onnx.external_data_helper import set_external_data
 
+    data = path.with_name(path.name + ".data")
+    data.unlink(missing_ok=True)  # ONNX appends to a weights' file that exists
+    # Marked here, not by onnx.save's own conversion, which refuses a file of that name in
+    # the current directory, wherever the model goes.
+    for tensor in _tensors(proto.graph):
+        if len(tensor.raw_data) >= EXTERNAL_MIN_BYTES:
+            set_external_data(tensor, data.name)
+    onnx.save(proto, str(path))
+
+
+def onnxruntime_source(proto, scratch: Path) -> bytes | str:
+    """What onnxruntime opens `proto` from: its bytes, or past 2 GB `proto` saved in
+    `scratch` beside its weights (and then without them)."""
     if fits_protobuf(proto):
         return proto.SerializeToString()
     path = scratch / "model.onnx"
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)  # saving moves the weights out of the proto it is given
-    onnx.save(copy, str(path), save_as_external_data=True, location="model.onnx.data")
+    save_beside_weights(proto, path)
     return str(path)
+
+
+def _tensors(graph):
+    """The initializers and the attributes' tensors of `graph` and its subgraphs."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            for subgraph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _tensors(subgraph)

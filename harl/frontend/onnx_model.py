@@ -301,9 +301,9 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
     with tempfile.TemporaryDirectory(prefix="harl-fold-") as scratch:
         options.optimized_model_filepath = str(Path(scratch) / "folded.onnx")
         try:
-            if not fits_protobuf(proto):  # the folded graph's weights go to a file too
-                options.add_session_config_entry(
-                    "session.optimized_model_external_initializers_file_name", "folded.data")
+            # the folded graph's weights go to a file (the graph may come out past 2 GB)
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name", "folded.data")
             ort.InferenceSession(onnxruntime_source(proto, Path(scratch)), options,
                                  providers=["CPUExecutionProvider"])
             folded = onnx.load(options.optimized_model_filepath)

@@ -93,7 +93,10 @@ def _quota_cores(cgroup: Path, proc: Path) -> float | None:
         lines = ["0::/"]  # a cgroup namespace's view: the mount is this process's own cgroup
     quotas = []
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         if controllers == "":
             mount, files = cgroup, ("cpu.max",)
         elif "cpu" in controllers.split(","):
@@ -110,7 +113,7 @@ def _quota_cores(cgroup: Path, proc: Path) -> float | None:
                 values = " ".join((parent / f).read_text() for f in files).split()
             except OSError:
                 continue
-            if values[0] not in ("max", "-1"):
+            if len(values) == 2 and values[0] not in ("max", "-1"):
                 quotas.append(int(values[0]) / int(values[1]))
     return min(quotas, default=None)
 
