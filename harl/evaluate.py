@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harl.frontend.large_models import fits_protobuf
+from harl.frontend.large_models import serialised
 from harl.frontend.onnx_model import OnnxModel
 from harl.target import is_gpu, use_nvcc_for_cuda
 
@@ -101,11 +101,10 @@ class OnnxRuntimeModel:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        if fits_protobuf(model.proto):
-            source = model.proto.SerializeToString()
-        elif model.shapes_folded or model.ops_lowered:  # no file holds what it computes
+        source = serialised(model.proto)
+        if source is None and (model.shapes_folded or model.ops_lowered):
             raise ValueError(f"{model.path}: a rewritten graph past 2 GB has no file to run")
-        else:  # the model as loaded: onnxruntime opens its file, the weights' files beside it
+        if source is None:  # the model as loaded: onnxruntime opens its file and weights' files
             source = str(model.path)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
 

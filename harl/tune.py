@@ -17,7 +17,7 @@ from harl.evaluate import (
     latencies_within_ms,
     verify_tuned,
 )
-from harl.frontend.large_models import fits_protobuf, save_beside_weights
+from harl.frontend.large_models import save_beside_weights, serialised
 from harl.frontend.lowering import describe_lowered
 from harl.frontend.onnx_model import (
     IMPORTED_MODEL_FILE,
@@ -78,8 +78,9 @@ def save_imported(model: OnnxModel, path: Path) -> str:
     proto.CopyFrom(model.proto)
     set_input_shapes(proto, {spec.name: spec.shape for spec in model.inputs})
     try:  # past 2 GB a protobuf cannot hold the weights: they go to a file beside it
-        if fits_protobuf(proto):
-            onnx.save(proto, str(path))
+        data = serialised(proto)
+        if data is not None:
+            path.write_bytes(data)
         else:
             save_beside_weights(proto, path)
     except (OSError, ValueError, EncodeError) as err:

@@ -141,7 +141,6 @@ def test_counters_that_would_mislead_give_no_snapshot(tmp_path, monkeypatch):
                     cgroup=tmp_path) is None
 
 
-
 V1_HALF_CORE = {"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"}
 V1_NO_QUOTA = {"cpu.cfs_quota_us": "-1", "cpu.cfs_period_us": "100000"}
 
@@ -170,6 +169,7 @@ def test_a_quota_is_found_in_either_cgroup_layout(tmp_path, monkeypatch, cgroup_
         for name, value in files.items():
             (folder / name).write_text(value + "\n")
         assert (snapshot(proc, two, cgroup=tmp_path / "cgroup") is not None) == usable
+
 
 def test_the_summary_flags_timings_taken_beside_other_load():
     report = RunReport(model="m", target="llvm", strategy="harl", trials=4, trials_done=4,

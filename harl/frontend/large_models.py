@@ -22,16 +22,18 @@ _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_da
                 "uint64_data", "string_data")
 
 
-def fits_protobuf(proto) -> bool:
-    """Whether `proto` can be serialised (protobuf refuses even to size one past 2 GB)."""
+def serialised(proto) -> bytes | None:
+    """`proto`'s bytes, or None past protobuf's 2 GB. Serialised once here for the caller to
+    use: protobuf (upb) finds a message's size only by serialising it."""
     from google.protobuf.message import EncodeError
 
     if sum(len(tensor.raw_data) for tensor in proto.graph.initializer) > PROTOBUF_LIMIT:
-        return False  # without encoding it all only to find out (upb sizes by serialising)
+        return None  # told without encoding it all
     try:
-        return proto.ByteSize() <= PROTOBUF_LIMIT
+        data = proto.SerializeToString()
     except EncodeError:
-        return False
+        return None
+    return data if len(data) <= PROTOBUF_LIMIT else None
 
 
 def shape_probe(proto):
@@ -41,7 +43,7 @@ def shape_probe(proto):
 
     probe = onnx.ModelProto()
     probe.CopyFrom(proto)
-    if not fits_protobuf(proto):
+    if serialised(proto) is None:
         for tensor in _tensors(probe.graph):
             if tensor.ByteSize() > WEIGHT_BYTES_KEPT:
                 for field in _DATA_FIELDS:
@@ -68,8 +70,9 @@ def save_beside_weights(proto, path: Path) -> None:
 def onnxruntime_source(proto, scratch: Path) -> bytes | str:
     """What onnxruntime opens `proto` from: its bytes, or past 2 GB `proto` saved in
     `scratch` beside its weights (and then without them)."""
-    if fits_protobuf(proto):
-        return proto.SerializeToString()
+    data = serialised(proto)
+    if data is not None:
+        return data
     path = scratch / "model.onnx"
     save_beside_weights(proto, path)
     return str(path)

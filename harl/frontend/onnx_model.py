@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from harl.errors import HarlError
-from harl.frontend.large_models import fits_protobuf, onnxruntime_source
+from harl.frontend.large_models import onnxruntime_source, serialised
 
 IMPORTED_MODEL_FILE = "model_imported.onnx"
 """in the work dir: the graph harl tuned when it is not the model's own (shape computations
@@ -91,8 +91,9 @@ def load_onnx(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None
         raise HarlError(f"{path} is not a readable ONNX model ({_first_line(err)})") from None
     if len(proto.graph.node) == 0:
         raise HarlError(f"{path} is not a readable ONNX model (it has no graph nodes)")
-    try:  # past 2 GB only the file can be checked (the checker reads the weights' files)
-        onnx.checker.check_model(proto if fits_protobuf(proto) else str(path))
+    data = serialised(proto)  # past 2 GB only the file can be checked (with its weights' files)
+    try:
+        onnx.checker.check_model(data if data is not None else str(path))
     except onnx.checker.ValidationError as err:
         raise HarlError(f"{path} is not a valid ONNX model: {_first_line(err)}") from None
     inputs, assumed = _static_inputs(proto, dict(input_shapes or {}))

@@ -113,9 +113,9 @@ def format_summary(report: RunReport) -> str:
     if lat.get("onnxruntime") and lat.get("tuned"):
         ratio = lat["tuned"] / lat["onnxruntime"]
         lines.append(f"{'tuned / onnxruntime':<24} {ratio:.2f}x{on_cpu}")
-    if worth_saying(report.timing_other_cores):
-        lines.append(f"{'other load':<24} " + describe_other_load(report.timing_other_cores,
-                                                                   "timing") +
+    other = report.timing_other_cores
+    if worth_saying(other):
+        lines.append(f"{'other load':<24} " + describe_other_load(other, "timing") +
                      ": the latencies may be off (time on a quiet machine)")
     if report.verified is not None:
         against = report.verified_against or "onnxruntime"
