@@ -30,6 +30,7 @@ from harl.search.trace_sites import (
     state_of,
     tunable_insts,
 )
+from harl.search.transplant import carried_state
 
 
 @derived_object
@@ -67,6 +68,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
         self.probes: dict[int, list[Probe]] = {}  # scored for the outlook, by sketch
+        self.carried: set[tuple[int, State]] = set()  # (sketch, state) transplanted
         self.trust = self.trust_board.task(self.task_id)
         self.sketches = []
         for index, trace in enumerate(self._sketch_traces(design_spaces)):
@@ -222,18 +224,52 @@ class HarlSearchStrategy(PySearchStrategy):
         for state in fresh[:n_fresh] + guided + fresh[n_fresh:]:
             if len(picks) >= count:
                 break
-            sch = cache.get(state)
-            if sch is None:
-                continue
-            key = tvm_ffi.structural_hash(sch.mod)
-            if key in self.measured:
-                continue
-            sch = self.replay.as_measured(sketch, state, sch)
-            if sch is None:
-                continue
-            self.measured.add(key)
-            picks.append((sketch_id, state, sch))  # requested state; TVM may re-sample some
+            pick = self._measurable(sketch_id, state, cache.get(state))
+            if pick is not None:
+                picks.append(pick)
         self.metrics.record(f"tile/fresh_picked_{sketch_id}", n_fresh / max(1, count))
+        return picks
+
+    def _measurable(self, sketch_id: int, state: State, sch) -> tuple[int, State, object] | None:
+        """A pick of `sch` (the schedule of `state`, None where illegal) in its measured form,
+        None where it is illegal or its program was measured before (it is then taken as
+        measured)."""
+        if sch is None:
+            return None
+        key = tvm_ffi.structural_hash(sch.mod)
+        if key in self.measured:
+            return None
+        sch = self.replay.as_measured(self.sketches[sketch_id], state, sch)
+        if sch is None:
+            return None
+        self.measured.add(key)
+        return sketch_id, state, sch  # requested state; TVM may re-sample some
+
+    def _transplants(self, count: int) -> list[tuple[int, State, object]]:
+        """Up to `count` picks of the task's best measured state carried into sibling sketches
+        that draw the same decisions (see `harl.search.transplant`), each pair once, the least
+        tried sketches first."""
+        measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
+        if count <= 0 or not measured:
+            return []
+        source = min(measured, key=lambda i: self.sketches[i].elites[0][0])
+        state = self.sketches[source].elites[0][1]
+        picks: list[tuple[int, State, object]] = []
+        for target in np.argsort(self.chooser.trials, kind="stable"):
+            sketch = self.sketches[target]
+            if len(picks) >= count:
+                break
+            if target == source or sketch.deterministic:
+                continue
+            carried = carried_state(self.sketches[source].tuner.sites, state,
+                                    sketch.tuner.sites, sketch.tuner.options)
+            if carried is None or (target, carried) in self.carried:
+                continue
+            self.carried.add((int(target), carried))
+            pick = self._measurable(int(target), carried,
+                                    self.replay.states(sketch, [carried])[0])
+            if pick is not None:
+                picks.append(pick)
         return picks
 
     def _random_evaluator(self, sketch_id: int, cache: dict):
@@ -262,7 +298,8 @@ class HarlSearchStrategy(PySearchStrategy):
         for sketch_id in np.flatnonzero(np.isfinite(outlook)):
             self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
         self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
-        picks = []
+        picks = self._transplants(int(round(wanted * self.config.transplant_share)))
+        self.metrics.record("sketch/transplants", len(picks))
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
             for sketch_id, count in enumerate(counts):

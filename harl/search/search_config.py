@@ -56,6 +56,11 @@ class HarlSearchConfig:
     """fresh samples per measured sketch the cost model scores before each batch (once it ranks
     the task), for the sketch chooser's predicted outlook of the sketch (see
     `SketchChooser.predict`)"""
+    transplant_share: float = 0.25
+    """share of a batch (rounded) that may go to the task's best measured state carried into
+    sibling sketches that draw the same decisions, each sketch once per best state (see
+    `harl.search.transplant`): the chooser then compares sketches on equal tiles, not on the
+    luck of their first samples (0: none)"""
     fill_rounds: int = 4
     """rounds of drawing a batch: a round short of candidates (random samples that fail the
     postprocs, states measured before) is topped up by the next. An empty batch ends the task
