@@ -35,7 +35,8 @@ from harl.search.transplant import carried_state
 
 @derived_object
 class HarlSearchStrategy(PySearchStrategy):
-    """Each batch: the chooser splits slots across sketches; the tuner fills each sketch's share."""
+    """Each batch: the task's best state carried into sibling sketches (a few slots), then the
+    chooser splits the rest across sketches and the tuner fills each sketch's share."""
 
     def __init__(self, config: HarlSearchConfig | None = None, seed: int = 0,
                  policy: TilePolicy | None = None, scorer: ProgramScorer | None = None,
