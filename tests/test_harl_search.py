@@ -416,8 +416,8 @@ def test_the_chooser_hears_the_models_outlook_of_each_measured_sketch():
     outlook = strategy.chooser.outlook
     assert list(np.isfinite(outlook)) == measured and strategy.chooser.trust > 0
     assert ((outlook[np.isfinite(outlook)] >= 0) & (outlook[np.isfinite(outlook)] <= 2)).all()
-    filled = {sketch_id for sketch_id, state, _ in strategy.pending
-              if (sketch_id, state) not in strategy.carried}  # not the transplants
+    filled = {sketch_id for sketch_id, _, _ in
+              strategy.pending[strategy.pending_transplants:]}  # not the transplants
     assert filled and not filled & set(strategy.probes)  # their scored samples joined the pool
 
 
@@ -432,12 +432,13 @@ def test_the_tasks_best_state_is_measured_once_in_sibling_sketches():
     seen, source, best = set(), None, None
     for _ in range(3):
         candidates = strategy.generate_measure_candidates()
-        carried = {(sketch_id, state) for sketch_id, state, _ in strategy.pending
-                   if (sketch_id, state) in strategy.carried}
+        transplants = strategy.pending[: strategy.pending_transplants]
+        carried = {(sketch_id, state) for sketch_id, state, _ in transplants}
         assert bool(carried) == (source is not None)  # once the task has a best
         assert len(carried) <= round(12 * strategy.config.transplant_share)
-        assert not carried & seen
-        for sketch_id, state in carried:
+        assert carried <= strategy.carried and not carried & seen
+        for sketch_id, state, actual in transplants:
+            assert actual == state  # the program measured is the state carried
             assert sketch_id != source and tiles(sketch_id, state) == tiles(source, best)
         seen |= carried
         strategy.notify_runner_results(
@@ -449,8 +450,13 @@ def test_the_tasks_best_state_is_measured_once_in_sibling_sketches():
     none, _ = make_strategy(64)
     none.config = replace(none.config, transplant_share=0.0)
     none.pre_tuning(64, 12, spaces, None, ms.cost_model.RandomModel())
-    measured_batches(none)
-    assert not none.carried
+    for _ in range(2):
+        candidates = none.generate_measure_candidates()
+        assert none.pending_transplants == 0
+        none.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    with pytest.raises(ValueError, match="transplant_share"):
+        HarlSearchConfig(transplant_share=1.5)
 
 
 def test_elites_are_refined_before_the_cost_model_has_learned():

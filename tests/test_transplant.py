@@ -28,7 +28,7 @@ def test_sketches_whose_decisions_differ_take_nothing():
     sites = [*TILES, PARALLEL, UNROLL]
     options = [[], [], [16], []]
     other_tiles = [Site("tile", 4, 16), Site("tile", 2), PARALLEL, UNROLL]
-    assert carried_state(sites, STATE, other_tiles, options) is None  # innermost bound
+    assert carried_state(sites, STATE, other_tiles, options) is None  # another tile site
     assert carried_state(sites, STATE, [*TILES, PARALLEL], [[], [], [16]]) is None
     located = [*TILES, Site("compute_location", 0)]
     assert carried_state(located, ((2, 4, 2, 4), (8, 8), 2), located, [[], [], [0, 1]]) is None

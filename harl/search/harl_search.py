@@ -67,6 +67,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.best_s = math.inf
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
+        self.pending_transplants = 0  # the first this many pending picks are transplants
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
         self.probes: dict[int, list[Probe]] = {}  # scored for the outlook, by sketch
         self.carried: set[tuple[int, State]] = set()  # (sketch, state) transplanted
@@ -233,8 +234,8 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def _measurable(self, sketch_id: int, state: State, sch) -> tuple[int, State, object] | None:
         """A pick of `sch` (the schedule of `state`, None where illegal) in its measured form,
-        None where it is illegal or its program was measured before (it is then taken as
-        measured)."""
+        None where it is illegal or its program was measured before; a pick's program is
+        marked measured."""
         if sch is None:
             return None
         key = tvm_ffi.structural_hash(sch.mod)
@@ -250,17 +251,21 @@ class HarlSearchStrategy(PySearchStrategy):
         """Up to `count` picks of the task's best measured state carried into sibling sketches
         that draw the same decisions (see `harl.search.transplant`), each pair once, the least
         tried sketches first."""
-        measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
+        measured = [i for i, sketch in enumerate(self.sketches)
+                    if sketch.elites and sketch.transplantable]
         if count <= 0 or not measured:
             return []
         source = min(measured, key=lambda i: self.sketches[i].elites[0][0])
+        if self.sketches[source].elites[0][0] > min(s.elites[0][0] for s in self.sketches
+                                                    if s.elites):
+            return []  # the task's best is in a sketch whose state does not decide it
         state = self.sketches[source].elites[0][1]
         picks: list[tuple[int, State, object]] = []
         for target in np.argsort(self.chooser.trials, kind="stable"):
             sketch = self.sketches[target]
             if len(picks) >= count:
                 break
-            if target == source or sketch.deterministic:
+            if target == source or not sketch.transplantable:
                 continue
             carried = carried_state(self.sketches[source].tuner.sites, state,
                                     sketch.tuner.sites, sketch.tuner.options)
@@ -269,8 +274,8 @@ class HarlSearchStrategy(PySearchStrategy):
             self.carried.add((int(target), carried))
             pick = self._measurable(int(target), carried,
                                     self.replay.states(sketch, [carried])[0])
-            if pick is not None:
-                picks.append(pick)
+            if pick is not None and state_of(pick[2].trace) == carried:
+                picks.append(pick)  # else TVM changed a decision that did not fit: no pair
         return picks
 
     def _random_evaluator(self, sketch_id: int, cache: dict):
@@ -299,7 +304,8 @@ class HarlSearchStrategy(PySearchStrategy):
         for sketch_id in np.flatnonzero(np.isfinite(outlook)):
             self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
         self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
-        picks = self._transplants(int(round(wanted * self.config.transplant_share)))
+        picks = self._transplants(min(wanted, round(wanted * self.config.transplant_share)))
+        self.pending_transplants = len(picks)  # the first picks of the batch
         self.metrics.record("sketch/transplants", len(picks))
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))

@@ -57,14 +57,20 @@ class HarlSearchConfig:
     the task), for the sketch chooser's predicted outlook of the sketch (see
     `SketchChooser.predict`)"""
     transplant_share: float = 0.25
-    """share of a batch (rounded) that may go to the task's best measured state carried into
+    """share of a batch (rounded half to even: a batch of 2 takes none, so many-task models at
+    small budgets search as before) that may go to the task's best measured state carried into
     sibling sketches that draw the same decisions, each sketch once per best state (see
     `harl.search.transplant`): the chooser then compares sketches on equal tiles, not on the
-    luck of their first samples (0: none)"""
+    luck of their first samples (0: none). A compute location is carried only once the
+    sibling's own samples have drawn it, so on tasks with locations transplants start later"""
     fill_rounds: int = 4
     """rounds of drawing a batch: a round short of candidates (random samples that fail the
     postprocs, states measured before) is topped up by the next. An empty batch ends the task
     for good in MetaSchedule, so a few unlucky samples must not empty it"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.transplant_share <= 1.0:
+            raise ValueError(f"transplant_share must be within [0, 1], not {self.transplant_share}")
 
 
 def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,

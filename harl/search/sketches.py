@@ -8,7 +8,7 @@ from harl.agents.tile_tuner import State, TileTuner
 from harl.frontend.tasks import task_flop
 from harl.search.location_shortcut import LocationShortcut
 from harl.search.thread_bounds import ThreadBounds
-from harl.search.trace_sites import serial_variant
+from harl.search.trace_sites import all_samples_are_sites, serial_variant
 
 
 def sketch_traces(mod, design_spaces, serial_max_flop: float) -> list:
@@ -36,3 +36,9 @@ class Sketch:
     """a serial variant of one of TVM's sketches (see `HarlSearchConfig.serial_max_flop`)"""
     thread_bounds: ThreadBounds | None = None
     """the thread extents a GPU sketch allows, judged from a state before it is replayed"""
+    transplantable: bool = field(init=False)
+    """a state decides every sample of its program (so another sketch's state carried into it,
+    see `harl.search.transplant`, is one program), and it samples something"""
+
+    def __post_init__(self) -> None:
+        self.transplantable = not self.deterministic and all_samples_are_sites(self.trace)

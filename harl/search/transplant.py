@@ -2,11 +2,9 @@
 
 Sketches of one task often draw the same decisions: TVM's multi-level tiling with its cache write
 at different loops, and harl's serial variants of each. Judged by its first random samples, a
-sketch's structure is confounded with the luck of its tiles: on the MLP's seed 0, two poor samples
-left the sketch that held the task's best kernels with 2 of 40 trials, while the best tiles found
-in another sketch ran 0.7-0.8x as long once replayed in it. A transplant measures the task's best
-state in a sibling once: a paired comparison of the two structures, and a good start for the
-sibling's own refinements if it wins.
+sketch's structure is confounded with the luck of its tiles (docs/benchmarks.md, session 44: the
+MLP's seed 0). A transplant measures the task's best state in a sibling once: a paired comparison
+of the two structures, and a good start for the sibling's own refinements if it wins.
 """
 
 from __future__ import annotations
@@ -21,10 +19,11 @@ def carried_state(source_sites: Sequence[Site], state: State, target_sites: Sequ
     """`state` of a sketch with `source_sites` as a state of a sketch with `target_sites`, or
     None where their decisions differ.
 
-    Sites other than the parallel extent must agree in order, kind and bounds, and a choice
-    must be one of the target's known options. A parallel extent is carried where both have
-    one and the target allows it; otherwise the target's own (its last option), and one the
-    target lacks is dropped: a serial variant is its sketch without the annotation.
+    Sites other than the parallel extent must agree in order, kind and bounds (so a tile or a
+    category fits), and a choice must be one of the target's known options. A parallel extent
+    is carried where both have one and the target allows it; otherwise the target's own (its
+    last option), and one the target lacks is dropped: a serial variant is its sketch without
+    the annotation.
     """
     source = [(site, decision) for site, decision in zip(source_sites, state, strict=True)
               if site.kind != "parallel"]
