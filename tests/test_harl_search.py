@@ -403,8 +403,23 @@ def test_a_sketch_draws_the_broad_pool_until_it_has_elites_then_the_refining_one
     assert {count for elites, count in drawn if elites} == {config.refine_pool}
 
 
+def recorded_transplants(strategy) -> list:
+    """The transplant picks of `strategy`'s latest batch, kept up to date as batches are drawn."""
+    made = []
+    transplants = strategy._transplants
+
+    def recording(count):
+        picks = transplants(count)
+        made[:] = picks
+        return picks
+
+    strategy._transplants = recording
+    return made
+
+
 def test_the_chooser_hears_the_models_outlook_of_each_measured_sketch():
     strategy, spaces = make_strategy(64, scorer=RankingScorer(1))
+    transplants = recorded_transplants(strategy)
     strategy.pre_tuning(64, 8, spaces, None, None)
     assert len(strategy.sketches) > 1 and not np.isfinite(strategy.chooser.outlook).any()
     for _ in range(2):
@@ -417,13 +432,14 @@ def test_the_chooser_hears_the_models_outlook_of_each_measured_sketch():
     assert list(np.isfinite(outlook)) == measured and strategy.chooser.trust > 0
     assert ((outlook[np.isfinite(outlook)] >= 0) & (outlook[np.isfinite(outlook)] <= 2)).all()
     filled = {sketch_id for sketch_id, _, _ in
-              strategy.pending[strategy.pending_transplants:]}  # not the transplants
+              strategy.pending[len(transplants):]}  # not the transplants
     assert filled and not filled & set(strategy.probes)  # their scored samples joined the pool
 
 
 def test_the_tasks_best_state_is_measured_once_in_sibling_sketches():
     strategy, spaces = make_strategy(64)  # 0.5 MFLOP: TVM's sketches and their serial variants
     strategy.pre_tuning(64, 12, spaces, None, ms.cost_model.RandomModel())
+    made = recorded_transplants(strategy)
 
     def tiles(sketch_id, state):
         sites = strategy.sketches[sketch_id].tuner.sites
@@ -432,7 +448,8 @@ def test_the_tasks_best_state_is_measured_once_in_sibling_sketches():
     seen, source, best = set(), None, None
     for _ in range(3):
         candidates = strategy.generate_measure_candidates()
-        transplants = strategy.pending[: strategy.pending_transplants]
+        transplants = strategy.pending[: len(made)]  # a batch's transplants lead it
+        assert [pick[:2] for pick in made] == [pick[:2] for pick in transplants]
         carried = {(sketch_id, state) for sketch_id, state, _ in transplants}
         assert bool(carried) == (source is not None)  # once the task has a best
         assert len(carried) <= round(12 * strategy.config.transplant_share)
@@ -450,9 +467,10 @@ def test_the_tasks_best_state_is_measured_once_in_sibling_sketches():
     none, _ = make_strategy(64)
     none.config = replace(none.config, transplant_share=0.0)
     none.pre_tuning(64, 12, spaces, None, ms.cost_model.RandomModel())
+    none_made = recorded_transplants(none)
     for _ in range(2):
         candidates = none.generate_measure_candidates()
-        assert none.pending_transplants == 0
+        assert not none_made
         none.notify_runner_results(
             candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
     with pytest.raises(ValueError, match="transplant_share"):

@@ -67,7 +67,6 @@ class HarlSearchStrategy(PySearchStrategy):
         self.best_s = math.inf
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
-        self.pending_transplants = 0  # the first this many pending picks are transplants
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
         self.probes: dict[int, list[Probe]] = {}  # scored for the outlook, by sketch
         self.carried: set[tuple[int, State]] = set()  # (sketch, state) transplanted
@@ -251,13 +250,11 @@ class HarlSearchStrategy(PySearchStrategy):
         """Up to `count` picks of the task's best measured state carried into sibling sketches
         that draw the same decisions (see `harl.search.transplant`), each pair once, the least
         tried sketches first."""
-        measured = [i for i, sketch in enumerate(self.sketches)
-                    if sketch.elites and sketch.transplantable]
+        measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
         if count <= 0 or not measured:
             return []
         source = min(measured, key=lambda i: self.sketches[i].elites[0][0])
-        if self.sketches[source].elites[0][0] > min(s.elites[0][0] for s in self.sketches
-                                                    if s.elites):
+        if not self.sketches[source].transplantable:
             return []  # the task's best is in a sketch whose state does not decide it
         state = self.sketches[source].elites[0][1]
         picks: list[tuple[int, State, object]] = []
@@ -305,7 +302,6 @@ class HarlSearchStrategy(PySearchStrategy):
             self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
         self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
         picks = self._transplants(min(wanted, round(wanted * self.config.transplant_share)))
-        self.pending_transplants = len(picks)  # the first picks of the batch
         self.metrics.record("sketch/transplants", len(picks))
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
