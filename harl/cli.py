@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-timeout", type=float, default=measure.run_timeout_s,
                         help=_help("run_timeout_s", MeasureConfig)
                         + f" (default {measure.run_timeout_s:g})")
+    parser.add_argument("--no-reference-timing", dest="reference_timing", action="store_false",
+                        help=_help("reference_timing", MeasureConfig)
+                        + " (on by default; this turns it off)")
     parser.add_argument("--quiet", action="store_true", help=_help("quiet"))
     parser.add_argument("--no-evaluate", dest="evaluate", action="store_false",
                         help="tune only: skip compiling, checking and timing the tuned model")
@@ -65,7 +68,8 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
     shapes = dict(parse_input_shape(text) for text in args.input_shape)
     if args.build_timeout <= 0 or args.run_timeout <= 0:
         raise HarlError("--build-timeout and --run-timeout must be positive numbers of seconds")
-    measure = MeasureConfig(build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout)
+    measure = MeasureConfig(build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
+                            reference_timing=args.reference_timing)
     return TuneConfig(model=args.model, target=args.target, trials=args.trials,
                       work_dir=args.work_dir, strategy=args.strategy, input_shapes=shapes,
                       seed=args.seed, quiet=args.quiet, trials_per_batch=args.trials_per_batch,

@@ -34,6 +34,9 @@ class MeasureConfig:
                       default=1)
     min_repeat_ms: int = doc("a timing lasts at least this long (more runs for fast kernels)",
                              default=40)
+    reference_timing: bool = doc("time a local CPU candidate again while a reference kernel "
+                                 "timed beside it says the machine runs slow "
+                                 "(harl.measure.reference)", default=True)
     builder_workers: int | None = doc("parallel build processes (default: the CPU count)",
                                       default=None)
     max_failed_batches: int = doc("stop a task after this many batches in a row in which every "

@@ -11,6 +11,7 @@ from harl.config import MeasureConfig, RpcConfig
 from harl.measure import cpu_load
 from harl.measure.arguments import local_arguments
 from harl.measure.clock import StageClock
+from harl.measure.reference import steady_run_evaluator
 from harl.measure.worker_lifetime import worker_initializer
 
 
@@ -23,11 +24,14 @@ def evaluator_config(config: MeasureConfig):
 
 
 def local_runner(config: MeasureConfig):
-    """Time candidates one at a time in a long-lived local worker process."""
+    """Time candidates one at a time in a long-lived local worker process; with
+    `reference_timing`, again while the machine runs slow (harl.measure.reference)."""
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
     return LocalRunner(timeout_sec=config.run_timeout_s, evaluator_config=evaluator_config(config),
-                       f_alloc_argument=local_arguments, initializer=worker_initializer())
+                       f_alloc_argument=local_arguments,
+                       f_run_evaluator=steady_run_evaluator if config.reference_timing else None,
+                       initializer=worker_initializer())
 
 
 @derived_object
