@@ -48,13 +48,21 @@ def test_a_candidate_timed_in_a_slow_phase_is_timed_again(monkeypatch, candidate
 
 
 def test_attempts_stop_at_the_limit_and_a_gpu_is_timed_once(monkeypatch, candidate):
-    timings = iter([1.0, 1.0] + [3.0] * 100)
-    monkeypatch.setattr(reference, "reference_seconds", lambda: next(timings))
-    reference.steady_run_evaluator(None, tvm.cpu(0), None, [])
+    for _ in range(reference.RECENT_TIMINGS // 2):  # a fast machine's record: the floor is 1
+        reference._PHASES.slow(1.0, 1.0)
+    monkeypatch.setattr(reference, "reference_seconds", lambda: 3.0)  # slow from now on
     assert reference.steady_run_evaluator(None, tvm.cpu(0), None, []) == [
-        float(1 + reference.MAX_ATTEMPTS)]
+        float(reference.MAX_ATTEMPTS)]
     assert reference.steady_run_evaluator(None, _Gpu(), None, []) == [
-        float(2 + reference.MAX_ATTEMPTS)]
+        float(1 + reference.MAX_ATTEMPTS)]
+
+
+def test_a_long_timing_is_not_taken_again(monkeypatch, candidate):
+    for _ in range(reference.RECENT_TIMINGS // 2):
+        reference._PHASES.slow(1.0, 1.0)
+    monkeypatch.setattr(reference, "reference_seconds", lambda: 3.0)
+    monkeypatch.setattr(reference, "LONG_TIMING_S", 0.0)  # every timing counts as long
+    assert reference.steady_run_evaluator(None, tvm.cpu(0), None, []) == [1.0]
 
 
 def test_the_reference_kernel_runs_here():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import time
 
 REFERENCE_MIN_MS = 10
 """each timing of the reference averages its runs over at least this long"""
@@ -25,6 +26,8 @@ MAX_ATTEMPTS = 3
 """timings of a candidate at most, the first included"""
 RECENT_TIMINGS = 64
 """reference timings the lower quartile is taken over"""
+LONG_TIMING_S = 1.0
+"""a candidate's timing that lasts this long is kept whatever the reference says"""
 
 
 @functools.cache
@@ -82,14 +85,19 @@ _PHASES = SlowPhases()  # the runner worker's
 def steady_run_evaluator(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
     """LocalRunner's `f_run_evaluator` (runs in its worker): TVM's timings of the candidate,
     taken again, up to MAX_ATTEMPTS in all, while the reference around them runs slow; the last
-    are kept. On a GPU, TVM's timings as they are."""
+    are kept. A timing that lasted LONG_TIMING_S or more is not taken again: it spans the slow
+    phases already, and the attempts share the run timeout. On a GPU, TVM's timings as they
+    are."""
+    import tvm_ffi
     from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
 
-    if device.dlpack_device_type() != 1:  # kDLCPU
+    if device.dlpack_device_type() != tvm_ffi.DLDeviceType.kDLCPU:
         return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
-    for _ in range(MAX_ATTEMPTS):
+    for _ in range(MAX_ATTEMPTS):  # each attempt between two references of its own
         before = reference_seconds()
+        start = time.perf_counter()
         costs = run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
-        if not _PHASES.slow(before, reference_seconds()):
+        long = time.perf_counter() - start >= LONG_TIMING_S
+        if not _PHASES.slow(before, reference_seconds()) or long:
             break
     return costs
