@@ -301,7 +301,7 @@ class HarlSearchStrategy(PySearchStrategy):
         for sketch_id in np.flatnonzero(np.isfinite(outlook)):
             self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
         self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
-        picks = self._transplants(min(wanted, round(wanted * self.config.transplant_share)))
+        picks = self._transplants(round(wanted * self.config.transplant_share))  # share <= 1
         self.metrics.record("sketch/transplants", len(picks))
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
