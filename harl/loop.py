@@ -26,7 +26,7 @@ from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.resume import PriorRun, warm_start_cost_model
 from harl.search import SearchPlan
-from harl.stoppable_search import StoppableSearch
+from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import is_gpu
 
 logger = logging.getLogger(__name__)
@@ -160,6 +160,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                              max_failed_batches=measure.max_failed_batches, say=say,
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
+    budget = TrialBudget(settings.trials)
     started = False  # plan.on_start ran
     try:
         with interrupt_flag() as interrupt:
@@ -174,7 +175,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     target=target,
                     space_generator=plan.space_generator,
                     search_strategy=StoppableSearch(plan.make_search_strategy(index), index,
-                                                    recorder.should_stop, interrupt),
+                                                    recorder.should_stop, interrupt, budget),
                     task_name=task.name,
                     logger=_task_logger(work_dir, index, task.name),
                     rand_state=seed,

@@ -22,6 +22,7 @@ from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig, fresh_count
 from harl.search.sketch_replay import SketchReplay
 from harl.search.trace_sites import schedules_of, site_kind, state_of, with_state
+from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -252,6 +253,18 @@ def test_a_sketch_that_samples_nothing_is_replayed_once_per_fill_and_then_ends()
     batches = measured_batches(strategy)
     assert set(draws) == {1}
     assert sum(map(len, batches)) == len(strategy.sketches)  # one program each, then it ends
+
+
+def test_harls_search_takes_the_results_of_a_cut_batch():
+    strategy, spaces = make_strategy()
+    strategy.pre_tuning(64, 4, spaces, None, ms.cost_model.RandomModel())
+    search = StoppableSearch(strategy, 0, lambda _: False, budget=TrialBudget(6))
+    sizes = []
+    while (candidates := search.generate_measure_candidates()) is not None:
+        sizes.append(len(candidates))
+        search.notify_runner_results(
+            candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
+    assert sizes == [4, 2] and strategy.trials == 6  # it counted the two it was told of
 
 
 def test_elites_keep_the_best_measured_states():

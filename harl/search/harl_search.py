@@ -343,6 +343,10 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
+        # The run's last batch may be cut to its trials left (harl.stoppable_search): a prefix.
+        self.pending = self.pending[: len(results)]
+        if self.pending_scores is not None:
+            self.pending_scores = self.pending_scores[: len(results)]
         latencies = [trial_latency_s(None, result)[0] for result in results]
         self.best_s = min([self.best_s, *latencies])
         if self.pending_scores is not None:
