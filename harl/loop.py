@@ -168,7 +168,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 builder = PersistentBuilder(
                     max_workers=measure.builder_workers or settings.num_cores,
                     timeout_s=measure.build_timeout_s, clock=clock, interrupt=interrupt,
-                    cutoff=measure.straggler_cutoff())
+                    cutoff=measure.straggler_cutoff(), warm_workers=settings.trials_per_batch)
             contexts = [
                 ms.TuneContext(
                     mod=task.mod,

@@ -1,5 +1,6 @@
 """The build pool: a straggling build is abandoned and its process killed; the others go on."""
 
+import os
 import time
 
 import psutil
@@ -85,3 +86,19 @@ def test_shutdown_ends_the_builds_in_flight_at_once():
     for job in jobs[1:]:
         with pytest.raises(ChildProcessError):
             job.future.result(timeout=1)
+
+
+def test_workers_started_up_front_serve_a_growing_batch_without_new_processes():
+    pool = BuildPool(max_workers=2, timeout_s=60, max_uses=256, initializer=worker_initializer())
+    try:
+        pool.start_workers(2)
+        first = pool.submit(os.getpid)  # queued behind both starts
+        pool.wait([first], None)
+        processes = list(pool._processes)
+        assert len(processes) == 2 and all(p.pid is not None for p in processes)
+        jobs = [pool.submit(os.getpid) for _ in range(2)]
+        pool.wait(jobs, None)
+        assert pool._processes == processes  # the batch of two started none
+        assert {job.future.result() for job in [first, *jobs]} <= {p.pid for p in processes}
+    finally:
+        pool.shutdown()

@@ -92,12 +92,7 @@ class _BuildProcess:
             raise ChildProcessError("the build pool was shut down")
         if self.pid is not None and self.uses >= self.max_uses:
             self.kill()
-        if self.pid is None:
-            self.worker.send(os.getpid)
-            self.pid, self.uses = self.worker.recv(), 0
-            if closed.is_set():  # shut down while this process started: its pid came too late
-                self.kill()
-                raise ChildProcessError("the build pool was shut down")
+        self.start(closed)
         self.uses += 1
         with self.lock:
             self.current, job.process, job.pid = job, self, self.pid
@@ -118,6 +113,15 @@ class _BuildProcess:
             if job.abandoned is not None and self.pid is not None:
                 self.kill()  # killed just after it replied: start afresh
 
+    def start(self, closed: threading.Event) -> None:
+        """Start the process unless it runs (its start imports TVM: seconds)."""
+        if self.pid is None:
+            self.worker.send(os.getpid)
+            self.pid, self.uses = self.worker.recv(), 0
+            if closed.is_set():  # shut down while this process started: its pid came too late
+                self.kill()
+                raise ChildProcessError("the build pool was shut down")
+
     def abandon(self, job: BuildJob, why: str) -> None:
         """Kill this process if it still runs `job`'s build."""
         with self.lock:
@@ -136,6 +140,7 @@ class BuildPool:
     def __init__(self, max_workers: int, timeout_s: float, max_uses: int,
                  initializer: Callable | None = None) -> None:
         self.timeout_s = timeout_s
+        self.max_workers = max_workers
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers)
         self._local = threading.local()
         self._processes: list[_BuildProcess] = []
@@ -151,6 +156,26 @@ class BuildPool:
             with self._lock:
                 self._processes.append(process)
         return process
+
+    def start_workers(self, count: int) -> None:
+        """Start `count` worker processes side by side, without waiting; jobs submitted next
+        queue behind them. Started as batches need them, a run whose batches grow (a GPU task's
+        first ones, short of legal samples) waited for new workers batch after batch."""
+        count = min(count, self.max_workers)
+        if count <= 0:
+            return
+        together = threading.Barrier(count)  # each start holds its thread: none takes two
+
+        def start():
+            try:
+                self._process().start(self._closed)
+                together.wait(timeout=self.timeout_s)
+            except BaseException:
+                together.abort()  # the others stop waiting; their processes stay started
+                raise
+
+        for _ in range(count):
+            self._threads.submit(start)
 
     def submit(self, fn: Callable, *args) -> BuildJob:
         job = BuildJob()

@@ -61,8 +61,12 @@ class PersistentBuilder(PyBuilder):
     def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
                  clock: StageClock | None = None,
                  interrupt: InterruptFlag | None = None,
-                 cutoff: StragglerCutoff | None = None, pooled_cutoff: bool = False) -> None:
+                 cutoff: StragglerCutoff | None = None, pooled_cutoff: bool = False,
+                 warm_workers: int = 0) -> None:
         super().__init__()
+        self.warm_workers = warm_workers
+        """worker processes started together with the first build (a full batch's worth), so
+        that larger batches later find them running"""
         self.pooled_cutoff = pooled_cutoff
         """the cutoff also counts the successful builds of earlier calls (calls of a few
         builds each, as the rounds of the untuned tasks' picks, still get a limit)"""
@@ -79,6 +83,7 @@ class PersistentBuilder(PyBuilder):
         if self._pool is None:
             self._pool = BuildPool(self.max_workers, self.timeout_s, self.max_uses,
                                    initializer=worker_initializer())
+            self._pool.start_workers(self.warm_workers)
         return self._pool
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
