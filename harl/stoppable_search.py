@@ -75,7 +75,8 @@ class StoppableSearch(PySearchStrategy):
         candidates = self.inner.generate_measure_candidates()
         if candidates is None or self.budget is None:
             return candidates
-        return list(candidates)[: self.budget.take(len(candidates))] or None
+        granted = self.budget.take(len(candidates))  # >= 1 unless the batch is empty
+        return candidates if granted == len(candidates) else list(candidates)[:granted]
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
