@@ -18,6 +18,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from harl.interrupt import InterruptFlag
+from harl.tvm_adapter import initialize_search_strategy
 
 
 class TrialBudget:
@@ -57,7 +58,7 @@ class StoppableSearch(PySearchStrategy):
         self.budget = budget
 
     def _initialize_with_tune_context(self, context) -> None:
-        self.inner._initialize_with_tune_context(context)
+        initialize_search_strategy(self.inner, context)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database,
                    cost_model) -> None:

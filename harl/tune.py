@@ -39,6 +39,7 @@ from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior, load_cost_prior
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
+from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
     load_tensor_intrinsics,
     native_logs_into,
@@ -244,7 +245,7 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
         scorer = scorer_from_records(prior, tasks, target, cost_prior)
     else:
-        xgb = getattr(plan.cost_model, "_inst", None)
+        xgb = python_instance(plan.cost_model)
         scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
     with pick_builder(config.measure) as builder:
         database, picks = with_predicted(

@@ -25,6 +25,7 @@ import numpy as np
 from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedules_of, with_state
 from harl.target import local_cpu_count
+from harl.tvm_adapter import python_instance
 
 SAMPLES_PER_TASK = 64
 """random samples of a task's design space the cost model chooses among: as many as the pool
@@ -175,4 +176,4 @@ def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
 
     xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
     warm_start_cost_model(xgb, [_context(task, target) for task in tasks], prior)
-    return ProgramScorer(xgb._inst, cost_prior)
+    return ProgramScorer(python_instance(xgb), cost_prior)

@@ -24,6 +24,7 @@ from harl.search.sketch_replay import SketchReplay
 from harl.search.trace_sites import schedules_of, site_kind, state_of, with_state
 from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import parse_target
+from harl.tvm_adapter import python_instance, xgb_trainer
 from harl.tvm_env import load_tensor_intrinsics
 
 
@@ -290,7 +291,7 @@ def test_same_seed_same_candidates():
 def test_trajectories_run_once_the_cost_model_has_learned():
     """After warm-up, candidates come from policy-guided trajectories scored by XGBoost."""
     xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
-    strategy, spaces = make_strategy(32, scorer=ProgramScorer(xgb._inst))
+    strategy, spaces = make_strategy(32, scorer=ProgramScorer(python_instance(xgb)))
     strategy.pre_tuning(16, 8, spaces, None, None)
     assert not strategy.scorer.informative
     candidates = strategy.generate_measure_candidates()
@@ -565,7 +566,7 @@ def test_holdout_trust_judges_the_model_on_measurements_it_did_not_train_on():
     features = [rng.uniform(size=(2, 6)).astype("float32") for _ in range(24)]
     learnable = np.array([1e-3 / (1 + f[:, 0].sum()) for f in features], dtype="float32")
     for costs, expect_high in ((learnable, True), (rng.permutation(learnable), False)):
-        xgb = ms.cost_model.XGBModel(num_warmup_samples=0, num_tuning_cores=1)._inst
+        xgb = xgb_trainer(num_warmup_samples=0, num_tuning_cores=1)
         xgb.data[shash2hex(other)] = FeatureGroup("other", features[:12], learnable[:12])
         xgb.data[shash2hex(mod)] = FeatureGroup("this", list(features), costs)
         trust = ProgramScorer(xgb).holdout_trust(mod)

@@ -18,6 +18,8 @@ import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harl.tvm_adapter import xgb_trainer
+
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 MODEL_FILE = "cost_prior_llvm.ubj"
 MANIFEST_FILE = "cost_prior_llvm.json"
@@ -81,9 +83,7 @@ def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | No
         manifest = json.loads(manifest_path.read_text())
         if prior_mismatch(manifest, target) is not None:
             return None
-        from tvm.s_tir import meta_schedule as ms
-
-        model = ms.cost_model.XGBModel(num_warmup_samples=0)._inst
+        model = xgb_trainer(num_warmup_samples=0)
         booster = xgb.Booster()
         booster.load_model(str(model_path))
         model.booster = booster

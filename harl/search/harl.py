@@ -16,19 +16,18 @@ from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.search.harl_search import HarlSearchStrategy
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
+from harl.tvm_adapter import python_instance, wrap_cost_model_update
 
 
 def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
-    """Count the cost model's training time and tell the scorer what it trained on (TVM looks
-    `update` up on the instance each call)."""
-    train = xgb.update
+    """Count the cost model's training time and tell the scorer what it trained on."""
 
-    def timed_update(*args, **kwargs):
+    def timed_update(update, *args, **kwargs):
         with metrics.timing("cost_model/update_seconds"):
-            train(*args, **kwargs)
+            update(*args, **kwargs)
         scorer.note_update()
 
-    xgb.update = timed_update
+    wrap_cost_model_update(xgb, timed_update)
 
 
 def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
@@ -50,8 +49,8 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     metrics = MetricsLogger()
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
-    scorer = ProgramScorer(cost_model._inst, cost_prior, metrics=metrics)
-    _time_updates(cost_model._inst, metrics, scorer)
+    scorer = ProgramScorer(python_instance(cost_model), cost_prior, metrics=metrics)
+    _time_updates(python_instance(cost_model), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
     scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,

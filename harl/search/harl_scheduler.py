@@ -12,6 +12,7 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 from harl.agents.task_allocator import AllocatorConfig, TaskAllocator
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
+from harl.tvm_adapter import scheduler_tasks
 
 
 @derived_object
@@ -41,7 +42,7 @@ class HarlTaskScheduler(PyTaskScheduler):
         self._chosen_while_busy: set[int] = set()
 
     def next_task_id(self) -> int:
-        records = self._outer().tasks_
+        records = scheduler_tasks(self)
         self._ensure_allocator(records)
         busy = self._join_measured(records)
         for task_id, record in enumerate(records):
@@ -99,7 +100,7 @@ class HarlTaskScheduler(PyTaskScheduler):
 
     def learn(self, task_id: int, builder_results, runner_results) -> None:
         """One measured batch of `task_id`: reward the allocator."""
-        self._ensure_allocator(self._outer().tasks_)
+        self._ensure_allocator(scheduler_tasks(self))
         latencies = [trial_latency_s(b, r)[0]
                      for b, r in zip(builder_results, runner_results, strict=True)]
         best = min(latencies, default=math.inf)
