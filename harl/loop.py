@@ -25,7 +25,7 @@ from harl.naive_nests import measure_naive_nests, tasks_to_check, tasks_to_check
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.resume import PriorRun, warm_start_cost_model
-from harl.search import SearchPlan
+from harl.search.plan import SearchPlan
 from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import is_gpu
 

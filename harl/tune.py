@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harl.cli import build_parser, config_from_args, resume_command
 from harl.config import TuneConfig
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
@@ -17,6 +18,7 @@ from harl.evaluate import (
     latencies_within_ms,
     verify_tuned,
 )
+from harl.frontend.graph_writer import set_input_shapes
 from harl.frontend.large_models import save_beside_weights, serialised
 from harl.frontend.lowering import describe_lowered
 from harl.frontend.onnx_model import (
@@ -24,7 +26,6 @@ from harl.frontend.onnx_model import (
     OnnxModel,
     import_model,
     load_onnx,
-    set_input_shapes,
 )
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
@@ -308,9 +309,22 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harl.cli import run_cli
-
-    return run_cli(argv)
+    """Parse flags, run, and turn known failures into one line on stderr."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        run(config_from_args(args))
+    except HarlError as err:
+        if args.debug:
+            raise
+        print(f"harl: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        work_dir = args.work_dir or TuneConfig(model=args.model).resolved_work_dir()
+        print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
+              f"resume with: {resume_command(argv)}", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

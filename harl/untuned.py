@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harl.measure.artifacts import remove_build_dir
 from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedules_of, with_state
 from harl.target import local_cpu_count
@@ -109,8 +110,6 @@ def _first_built(ranked: dict[int, tuple[list, object]], target,
     samples build are left out), and how many builds failed. A round builds every task's
     next sample at once."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
-
-    from harl.measure.builder import remove_build_dir
 
     chosen: dict[int, int] = {}
     failed = 0

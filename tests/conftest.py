@@ -51,11 +51,11 @@ def harl_tune_here(*args) -> subprocess.CompletedProcess:
     """The same command run in this process, its exit code, stdout and stderr as a fresh one's
     (harl's own output; not TVM's C++ logs). For tests of what a run does with a model rather
     than of the process: it saves the second import of TVM and torch (8-10 s a run)."""
-    from harl.cli import run_cli
+    from harl.tune import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        code = run_cli(list(map(str, args)))
+        code = main(list(map(str, args)))
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 

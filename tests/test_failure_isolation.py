@@ -17,8 +17,8 @@ from harl.agents.task_allocator import AllocatorConfig
 from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
 from harl.loop import LoopSettings, tune_tasks
-from harl.search import SearchPlan
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.plan import SearchPlan
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 

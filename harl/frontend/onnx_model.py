@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from harl.errors import HarlError
+from harl.frontend.graph_writer import ShapeUnknown, set_input_shapes
 from harl.frontend.large_models import onnxruntime_source, serialised
+from harl.frontend.lowering import lower_ops, lowerable_ops
 
 IMPORTED_MODEL_FILE = "model_imported.onnx"
 """in the work dir: the graph harl tuned when it is not the model's own (shape computations
@@ -220,9 +222,6 @@ def with_ops_lowered(model: OnnxModel) -> OnnxModel:
     Pow by 3 or 4 into Muls (see harl.frontend.lowering); `model` itself when it rewrites none.
     A recurrent layer whose sequence length only a run-time shape computation gives is lowered
     in the graph with those computations folded."""
-    from harl.frontend.graph_writer import ShapeUnknown
-    from harl.frontend.lowering import lower_ops, lowerable_ops
-
     ops = lowerable_ops(model.proto)
     if not ops:
         return model
@@ -312,16 +311,6 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
             raise HarlError(f"{model.path}: some tensor shapes are computed at run time, and "
                             f"onnxruntime could not fold them: {_first_line(err)}") from None
     return replace(model, proto=folded, shapes_folded=True)
-
-
-def set_input_shapes(proto, shapes: dict[str, tuple[int, ...]]) -> None:
-    """Write `shapes` (name -> dims) into the matching graph inputs of `proto`, in place."""
-    for graph_input in proto.graph.input:
-        if graph_input.name in shapes:
-            shape = graph_input.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in shapes[graph_input.name]:
-                shape.dim.add().dim_value = size
 
 
 def for_inference(mod, fast_math: bool = True):

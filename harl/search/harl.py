@@ -10,10 +10,10 @@ from harl.agents.task_allocator import AllocatorConfig
 from harl.agents.tile_policy import TilePolicy
 from harl.naive_nests import NaiveNestConfig
 from harl.report.metrics import METRICS_FILE, MetricsLogger
-from harl.search import SearchPlan
 from harl.search.cost_prior import CostPrior
 from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.search.harl_search import HarlSearchStrategy
+from harl.search.plan import SearchPlan
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
 from harl.tvm_adapter import python_instance, wrap_cost_model_update
