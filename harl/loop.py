@@ -113,13 +113,13 @@ def _say_if_measured_beside_others(clock: StageClock, say) -> None:
             + ": the tuning's timings, and so its choices, may be off (tune on a quiet machine)")
 
 
-def _measure_naive_nests(tasks, target, check: list[int], builder, runner, database,
+def _measure_naive_nests(tasks, target, check: list[int], *, builder, runner, database,
                          recorder: TrialRecorder, say, when: str) -> None:
     """harl.naive_nests for the tasks in `check`, into the database and history.csv; a failure
     there costs the nests, never the run (`when`: before or after tuning, for the messages)."""
     try:
-        won = measure_naive_nests(tasks, check, target, builder, runner, database,
-                                  recorder.stats)
+        won = measure_naive_nests(tasks, check, target, builder=builder, runner=runner,
+                                  database=database, stats=recorder.stats)
         recorder.record_nests(check)
     except Exception as err:  # noqa: BLE001  (a nest is a bonus; the trials are what counts)
         logger.warning("unscheduled nests not measured %s: %s", when, err)
@@ -134,7 +134,7 @@ def _measure_naive_nests(tasks, target, check: list[int], builder, runner, datab
 
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
-               settings: LoopSettings, measure: MeasureConfig,
+               *, settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
                say: Callable[[str], None] | None = None, rpc: RpcConfig | None = None,
                builder=None, runner=None,
@@ -156,7 +156,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     clock = StageClock() if clock is None else clock
     # Started before the recorder's clock: its worker's start-up is not a trial's cost.
     runner = make_runner(measure, rpc) if own_runner else runner
-    recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock,
+    recorder = TrialRecorder(stats, work_dir / "history.csv", progress=progress, clock=clock,
                              max_failed_batches=measure.max_failed_batches, say=say,
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
@@ -175,7 +175,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     target=target,
                     space_generator=plan.space_generator,
                     search_strategy=StoppableSearch(plan.make_search_strategy(index), index,
-                                                    recorder.should_stop, interrupt, budget),
+                                                    should_stop=recorder.should_stop,
+                                                    interrupt=interrupt, budget=budget),
                     task_name=task.name,
                     logger=_task_logger(work_dir, index, task.name),
                     rand_state=seed,
@@ -191,7 +192,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             nests = plan.naive_nests is not None and not is_gpu(target)  # GPUs: thread bindings
             if nests:
                 _measure_naive_nests(tasks, target, tasks_to_check_first(stats, plan.naive_nests),
-                                     builder, runner, database, recorder, say, "before tuning")
+                                     builder=builder, runner=runner, database=database,
+                                     recorder=recorder, say=say, when="before tuning")
             if plan.know_latencies is not None:
                 plan.know_latencies([task.naive_s for task in stats])
             try:
@@ -215,7 +217,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 raise
             if nests and not interrupt.requested:
                 _measure_naive_nests(tasks, target, tasks_to_check(stats, plan.naive_nests),
-                                     builder, runner, database, recorder, say, "after tuning")
+                                     builder=builder, runner=runner, database=database,
+                                     recorder=recorder, say=say, when="after tuning")
             _say_if_measured_beside_others(clock, say)
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records

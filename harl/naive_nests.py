@@ -68,7 +68,7 @@ def tasks_to_check(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]
             if task.best_s < config.below_s and not math.isfinite(task.naive_s)]
 
 
-def measure_naive_nests(tasks, indices: list[int], target, builder, runner, database,
+def measure_naive_nests(tasks, indices: list[int], target, *, builder, runner, database,
                         stats: list[TaskStats]) -> int:
     """Measure the unscheduled nest of `tasks[indices]`; commit the ones faster than the tuned.
 

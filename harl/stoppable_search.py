@@ -47,7 +47,7 @@ class StoppableSearch(PySearchStrategy):
     candidates that were measured, and must accept fewer results than it proposed.
     """
 
-    def __init__(self, inner, task_id: int, should_stop: Callable[[int], bool],
+    def __init__(self, inner, task_id: int, *, should_stop: Callable[[int], bool],
                  interrupt: InterruptFlag | None = None,
                  budget: TrialBudget | None = None) -> None:
         super().__init__()
@@ -83,5 +83,5 @@ class StoppableSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self):
-        return StoppableSearch(self.inner.clone(), self.task_id, self.should_stop,
-                               self.interrupt, self.budget)
+        return StoppableSearch(self.inner.clone(), self.task_id, should_stop=self.should_stop,
+                               interrupt=self.interrupt, budget=self.budget)

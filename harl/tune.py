@@ -184,7 +184,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
                                 num_cores=num_cores)
         progress = Progress(config.trials, enabled=False if config.quiet else None,
                             done_before=resume.prior.trials)
-        tune_tasks(tasks, target, plan, work_dir, settings, config.measure, progress, resume, say,
+        tune_tasks(tasks, target, plan, work_dir, settings=settings, measure=config.measure,
+                   progress=progress, resume=resume, say=say,
                    rpc=config.rpc, clock=stage_clock)
     database, stats = resume.database, resume.stats
     tune_seconds = clock.lap("tuning")
@@ -209,10 +210,12 @@ def run(config: TuneConfig, out=None) -> RunReport:
         compile_database = database
         if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
             with native_logs_into(tvm_log):
-                compile_database = schedule_untuned(report, tasks, target, database, plan,
-                                                    resume.prior, cost_prior, config, say, clock)
+                compile_database = schedule_untuned(report, tasks, target, database, plan=plan,
+                                                    prior=resume.prior, cost_prior=cost_prior,
+                                                    config=config, say=say, clock=clock)
         say("harl: compiling and verifying against onnxruntime ...")
-        evaluate_into(report, model, relax_mod, target, compile_database, config, clock, tvm_log)
+        evaluate_into(report, model, relax_mod, target, compile_database, config=config,
+                      clock=clock, tvm_log=tvm_log)
 
     # 4. Report
     report.phase_seconds = {phase: round(value, 2) for phase, value in clock.seconds.items()}
@@ -228,7 +231,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     return report
 
 
-def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: PriorRun,
+def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior: PriorRun,
                      cost_prior: CostPrior | None, config: TuneConfig, say, clock: PhaseClock):
     """The database to compile with: `database`, plus the cost model's unmeasured picks for the
     tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
@@ -244,7 +247,7 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(prior, tasks, target, cost_prior)
+        scorer = scorer_from_records(prior, tasks, target, cost_prior=cost_prior)
     else:
         xgb = python_instance(plan.cost_model)
         scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
@@ -271,7 +274,7 @@ def _rounded(value: float | None) -> float | None:
 
 
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
-                  config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
+                  *, config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
     """Fill the report's latencies and output check (skipped when the target is not here);
     `clock` laps the compile and check, then the timing; TVM's C++ warnings while compiling go
     to `tvm_log`."""
@@ -286,9 +289,9 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 
     expected = reference.run(inputs)
+    rtol, atol = config.verify.tolerances(output.dtype for output in expected)
     verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,
-                           list(model.output_names),
-                           *config.verify.tolerances(output.dtype for output in expected))
+                           list(model.output_names), rtol=rtol, atol=atol)
     check = verdict.check
     report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
     report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
@@ -300,9 +303,9 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4
     before = cpu_load.snapshot()
-    samples = latencies_within_ms(runners, inputs, rounds,
-                                  max(1, config.verify.latency_repeats // rounds),
-                                  config.verify.timing_seconds)
+    samples = latencies_within_ms(runners, inputs, rounds=rounds,
+                                  max_repeats=max(1, config.verify.latency_repeats // rounds),
+                                  seconds=config.verify.timing_seconds)
     report.timing_other_cores = _rounded(cpu_load.other_load_cores(before, cpu_load.snapshot()))
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
     clock.lap("timing")

@@ -62,7 +62,7 @@ def _context(task, target):
 
 
 def predicted_schedules(tasks, wanted: list[int], target, scorer,
-                        samples: int = SAMPLES_PER_TASK, seed: int = 0,
+                        *, samples: int = SAMPLES_PER_TASK, seed: int = 0,
                         builder=None) -> PredictedSchedules:
     """For each task of `tasks` indexed in `wanted`, the sample of its design space that
     `scorer` (a ProgramScorer that ranks those tasks) rates best among `samples` random ones;
@@ -82,7 +82,7 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
         postprocs = list(context.space_generator.postprocs)
         seeds = [int(rng.integers(1 << 30)) for _ in range(samples)]
         drawn = schedules_of(task.mod, [sketches[i % len(sketches)] for i in range(samples)],
-                             postprocs, seeds, context.num_threads)
+                             postprocs, seeds, workers=context.num_threads)
         # one of each program: a copy of a sample that failed to build would fail again
         legal = list({tvm_ffi.structural_hash(sch.mod): sch
                       for sch in drawn if sch is not None}.values())
@@ -145,7 +145,7 @@ def pick_builder(measure):
         builder.shutdown()
 
 
-def with_predicted(database, tasks, wanted: list[int], target, scorer, seed: int = 0,
+def with_predicted(database, tasks, wanted: list[int], target, scorer, *, seed: int = 0,
                    announce=None, builder=None) -> tuple[object, PredictedSchedules]:
     """`database`, joined with `scorer`'s picks for the tasks of `wanted` it ranks (each
     built first where a `builder` is given), and the picks. A task it cannot rank keeps TVM's
@@ -162,7 +162,7 @@ def with_predicted(database, tasks, wanted: list[int], target, scorer, seed: int
     return ms.database.UnionDatabase(database, picks.database), picks
 
 
-def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
+def scorer_from_records(prior: PriorRun, tasks, target, *, cost_prior=None,
                         warmup_samples: int = 8):
     """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
     `tasks`), as a resumed run's model does: the cost model of a run that measured nothing this

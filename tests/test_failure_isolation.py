@@ -70,8 +70,8 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
                       measure_callbacks=feedback)
     said = []
     _, stats = tune_tasks(tasks, target, plan, tmp_path,
-                          LoopSettings(trials=16, trials_per_batch=2, seed=0, num_cores=1),
-                          MeasureConfig(max_failed_batches=max_failed), say=said.append,
+                          settings=LoopSettings(trials=16, trials_per_batch=2, seed=0, num_cores=1),
+                          measure=MeasureConfig(max_failed_batches=max_failed), say=said.append,
                           builder=FakeBuilder(), runner=FakeRunner())
     good, bad = stats
     # the failures are recorded, with their error, and the task got no batch after its stop
@@ -98,8 +98,9 @@ def test_real_candidates_past_their_run_timeout_are_failures_and_the_task_stops(
     said = []
     _, (stats,) = tune_tasks([TuningTask("matmul", matmul_module(32), 1.0, 2 * 32**3)],
                              target, plan, tmp_path,
-                             LoopSettings(trials=6, trials_per_batch=2, seed=0, num_cores=1),
-                             MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1),
+                             settings=LoopSettings(trials=6, trials_per_batch=2, seed=0,
+                                                   num_cores=1),
+                             measure=MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1),
                              say=said.append)
     assert stats.stopped and stats.trials == stats.failures == 2
     assert "Timeout" in stats.last_error

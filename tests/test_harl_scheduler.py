@@ -83,9 +83,9 @@ def tune(tmp_path, sizes, max_in_flight, trials=12, builder=None):
     tasks = [TuningTask(f"matmul{n}", matmul_module(n), 1.0, 2 * n**3) for n in sizes]
     try:
         _, stats = tune_tasks(tasks, target, plan, tmp_path,
-                              LoopSettings(trials=trials, trials_per_batch=2, seed=0,
-                                           num_cores=1),
-                              MeasureConfig(), builder=builder, runner=runner)
+                              settings=LoopSettings(trials=trials, trials_per_batch=2, seed=0,
+                                                    num_cores=1),
+                              measure=MeasureConfig(), builder=builder, runner=runner)
     finally:
         runner.pool.shutdown(wait=True)
     return scheduler, builder, runner, stats

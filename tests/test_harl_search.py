@@ -259,7 +259,7 @@ def test_a_sketch_that_samples_nothing_is_replayed_once_per_fill_and_then_ends()
 def test_harls_search_takes_the_results_of_a_cut_batch():
     strategy, spaces = make_strategy()
     strategy.pre_tuning(64, 4, spaces, None, ms.cost_model.RandomModel())
-    search = StoppableSearch(strategy, 0, lambda _: False, budget=TrialBudget(6))
+    search = StoppableSearch(strategy, 0, should_stop=lambda _: False, budget=TrialBudget(6))
     sizes = []
     while (candidates := search.generate_measure_candidates()) is not None:
         sizes.append(len(candidates))
@@ -357,9 +357,11 @@ def test_a_model_that_ranks_well_is_followed_and_one_that_ranks_badly_is_not():
 
 def test_fresh_share_follows_trust_within_bounds():
     assert fresh_count(8, has_elites=False, trust=1.0, tuner_share=0.2, max_share=0.5) == 8
-    assert fresh_count(8, True, trust=0.0, tuner_share=0.2, max_share=0.5) == 4  # capped
-    assert fresh_count(8, True, trust=0.75, tuner_share=0.2, max_share=0.5) == 2  # 1 - trust
-    assert fresh_count(8, True, trust=1.0, tuner_share=0.25, max_share=0.5) == 2  # tuner's floor
+    assert fresh_count(8, has_elites=True, trust=0.0, tuner_share=0.2, max_share=0.5) == 4  # capped
+    assert fresh_count(8, has_elites=True, trust=0.75, tuner_share=0.2,
+                       max_share=0.5) == 2  # 1 - trust
+    assert fresh_count(8, has_elites=True, trust=1.0, tuner_share=0.25,
+                       max_share=0.5) == 2  # tuner's floor
 
 
 class SerialFavouringScorer(RankingScorer):

@@ -51,7 +51,7 @@ def build_in_worker(mod, target) -> str:
 class PersistentBuilder(PyBuilder):
     """Builds candidates in a pool of long-lived worker processes; failures become error results."""
 
-    def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
+    def __init__(self, max_workers: int, timeout_s: float, *, max_uses: int = 256,
                  clock: StageClock | None = None,
                  interrupt: InterruptFlag | None = None,
                  cutoff: StragglerCutoff | None = None, pooled_cutoff: bool = False,

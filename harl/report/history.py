@@ -96,7 +96,7 @@ class TrialRecorder(PyMeasureCallback):
     """
 
     def __init__(self, stats: list[TaskStats], history_path: Path,
-                 progress: Progress | None = None, clock: StageClock | None = None,
+                 *, progress: Progress | None = None, clock: StageClock | None = None,
                  max_failed_batches: int = 3, say: Callable[[str], None] | None = None,
                  time_offset_s: float = 0.0) -> None:
         super().__init__()

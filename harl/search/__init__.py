@@ -15,7 +15,7 @@ __all__ = ["STRATEGIES", "SearchPlan", "make_plan"]
 STRATEGIES = ("harl", "metaschedule")
 
 
-def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False,
+def make_plan(name: str, *, seed: int, num_cores: int, overlap: bool = False,
               cost_prior: CostPrior | None = None) -> SearchPlan:
     """The search plan registered under `name`.
 

@@ -30,7 +30,7 @@ def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
     wrap_cost_model_update(xgb, timed_update)
 
 
-def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
+def harl_plan(seed: int, num_cores: int, *, warmup_samples: int = 8,
               overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
 

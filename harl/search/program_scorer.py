@@ -84,7 +84,7 @@ class ProgramScorer:
     """
 
     def __init__(self, xgb=None, prior: CostPrior | None = None,
-                 equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
+                 *, equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
                  min_task_samples: int = MIN_TASK_SAMPLES,
                  metrics: MetricsLogger | None = None) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature

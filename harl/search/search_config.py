@@ -73,7 +73,7 @@ class HarlSearchConfig:
             raise ValueError(f"transplant_share must be within [0, 1], not {self.transplant_share}")
 
 
-def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
+def fresh_count(count: int, *, has_elites: bool, trust: float, tuner_share: float,
                 max_share: float) -> int:
     """How many of a sketch's `count` candidates are fresh samples.
 

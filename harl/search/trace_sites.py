@@ -198,7 +198,7 @@ def _thread_pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="harl-replay")
 
 
-def schedules_of(mod, traces, postprocs, seeds, workers: int = 1) -> list:
+def schedules_of(mod, traces, postprocs, seeds, *, workers: int = 1) -> list:
     """`schedule_of` for each trace with its seed, on up to `workers` threads; the results are
     those of the serial loop, in order (each schedule's randomness comes from its own seed)."""
     traces, seeds = list(traces), list(seeds)
