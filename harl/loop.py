@@ -194,8 +194,9 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 _measure_naive_nests(tasks, target, tasks_to_check_first(stats, plan.naive_nests),
                                      builder=builder, runner=runner, database=database,
                                      recorder=recorder, say=say, when="before tuning")
-            if plan.know_latencies is not None:
-                plan.know_latencies([task.naive_s for task in stats])
+            if plan.allocator is not None:
+                for task_id, task in enumerate(stats):
+                    plan.allocator.know_latency(task_id, task.naive_s)
             try:
                 plan.task_scheduler.tune(
                     tasks=contexts,

@@ -177,7 +177,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     plan = None
     stage_clock = StageClock()
     if remaining > 0:
-        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
+        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores, tasks=tasks,
                          overlap=config.rpc is not None,  # the farm's futures are pending
                          cost_prior=cost_prior)
         settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,

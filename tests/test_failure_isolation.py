@@ -17,7 +17,7 @@ from harl.agents.task_allocator import AllocatorConfig
 from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
 from harl.loop import LoopSettings, tune_tasks
-from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler, allocator_for
 from harl.search.plan import SearchPlan
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
@@ -49,9 +49,10 @@ class FakeRunner(PyRunner):
 # scheduler -> failed batches before a stop. TVM's gradient scheduler never gives a task without
 # any valid measurement a second batch, so there the task is stopped after its first.
 SCHEDULERS = {
-    "round-robin": (lambda: ms.task_scheduler.RoundRobin(), 2),
-    "gradient": (lambda: ms.task_scheduler.GradientBased(), 1),
-    "harl": (lambda: HarlTaskScheduler(AllocatorConfig(), seed=0), 2),  # + its feedback callback
+    "round-robin": (lambda _tasks: ms.task_scheduler.RoundRobin(), 2),
+    "gradient": (lambda _tasks: ms.task_scheduler.GradientBased(), 1),
+    "harl": (lambda tasks: HarlTaskScheduler(allocator_for(tasks, AllocatorConfig(), seed=0)),
+             2),  # + its feedback callback
 }
 
 
@@ -62,7 +63,7 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
     load_tensor_intrinsics(target)
     tasks = [TuningTask("good", matmul_module(32), 1.0, 2 * 32**3),
              TuningTask("bad", matmul_module(FAILING_N), 1.0, 2 * FAILING_N**3)]
-    task_scheduler = make_scheduler()
+    task_scheduler = make_scheduler(tasks)
     feedback = ([AllocatorFeedback(task_scheduler)] if scheduler == "harl" else [])
     plan = SearchPlan(task_scheduler=task_scheduler,
                       cost_model=ms.cost_model.RandomModel(),

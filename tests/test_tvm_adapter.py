@@ -15,7 +15,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from harl import tvm_adapter
-from harl.agents.task_allocator import AllocatorConfig
+from harl.agents.task_allocator import AllocatorConfig, TaskAllocator
 from harl.search.harl_scheduler import HarlTaskScheduler
 from harl.target import parse_target
 from harl.tvm_adapter import TvmInternalsChanged
@@ -75,7 +75,7 @@ def test_a_wrapped_update_is_what_tvm_calls():
 
 
 def test_a_task_scheduler_reaches_its_task_records():
-    scheduler = HarlTaskScheduler(AllocatorConfig())
+    scheduler = HarlTaskScheduler(TaskAllocator([1.0], [1.0], AllocatorConfig()))
     assert tvm_adapter.scheduler_tasks(tvm_adapter.python_instance(scheduler)) == []
 
 

@@ -15,9 +15,9 @@ __all__ = ["STRATEGIES", "SearchPlan", "make_plan"]
 STRATEGIES = ("harl", "metaschedule")
 
 
-def make_plan(name: str, *, seed: int, num_cores: int, overlap: bool = False,
+def make_plan(name: str, *, seed: int, num_cores: int, tasks, overlap: bool = False,
               cost_prior: CostPrior | None = None) -> SearchPlan:
-    """The search plan registered under `name`.
+    """The search plan registered under `name` for `tasks` (harl.frontend.tasks.TuningTask).
 
     `cost_prior`: a harl.search.cost_prior.CostPrior for harl's search (the baseline takes none).
 
@@ -31,6 +31,6 @@ def make_plan(name: str, *, seed: int, num_cores: int, overlap: bool = False,
     if name == "harl":
         from harl.search.harl import harl_plan
 
-        return harl_plan(seed=seed, num_cores=num_cores, overlap=overlap,
+        return harl_plan(seed=seed, num_cores=num_cores, tasks=tasks, overlap=overlap,
                          cost_prior=cost_prior)
     raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

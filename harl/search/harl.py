@@ -11,7 +11,7 @@ from harl.agents.tile_policy import TilePolicy
 from harl.naive_nests import NaiveNestConfig
 from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search.cost_prior import CostPrior
-from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler, allocator_for
 from harl.search.harl_search import HarlSearchStrategy
 from harl.search.plan import SearchPlan
 from harl.search.program_scorer import ProgramScorer
@@ -30,7 +30,7 @@ def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
     wrap_cost_model_update(xgb, timed_update)
 
 
-def harl_plan(seed: int, num_cores: int, *, warmup_samples: int = 8,
+def harl_plan(seed: int, num_cores: int, *, tasks, warmup_samples: int = 8,
               overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
 
@@ -53,8 +53,8 @@ def harl_plan(seed: int, num_cores: int, *, warmup_samples: int = 8,
     _time_updates(python_instance(cost_model), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
-    scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,
-                                  max_in_flight=1 if overlap else 0)
+    allocator = allocator_for(tasks, AllocatorConfig(), seed)
+    scheduler = HarlTaskScheduler(allocator, metrics=metrics, max_in_flight=1 if overlap else 0)
 
     def on_start(work_dir: Path) -> None:
         metrics.open(work_dir / METRICS_FILE)
@@ -62,15 +62,13 @@ def harl_plan(seed: int, num_cores: int, *, warmup_samples: int = 8,
         if (agents / checkpoint.POLICY_FILE).exists():
             policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
         if (agents / checkpoint.ALLOCATOR_FILE).exists():
-            scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
+            allocator.load_json(checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE))
 
     def on_finish(work_dir: Path) -> None:
         agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())
-        if scheduler.allocator is not None:
-            checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE,
-                                 scheduler.allocator.to_json())
+        checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE, allocator.to_json())
         metrics.close()
 
     return SearchPlan(
@@ -84,5 +82,5 @@ def harl_plan(seed: int, num_cores: int, *, warmup_samples: int = 8,
         on_finish=on_finish,
         metrics=metrics,
         naive_nests=NaiveNestConfig(),
-        know_latencies=scheduler.know_latencies,
+        allocator=allocator,
     )

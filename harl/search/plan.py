@@ -20,5 +20,6 @@ class SearchPlan:
     measure_callbacks: list = field(default_factory=list)  # extra ms.MeasureCallbacks
     metrics: object | None = None  # harl.report.metrics.MetricsLogger of the agents, if any
     naive_nests: object | None = None  # harl.naive_nests.NaiveNestConfig; None: not measured
-    know_latencies: Callable[[list[float]], None] | None = None
-    """per task, a latency measured before the trials (the unscheduled nest; inf: none)"""
+    allocator: object | None = None
+    """harl.agents.task_allocator.TaskAllocator of the task scheduler, if any: the loop hands it
+    each task's latency measured before the trials (the unscheduled nest)"""
