@@ -118,8 +118,7 @@ class OnnxRuntimeModel:
 SETTLE_S = 0.3
 """pause before each runner's turn when several take turns: TVM's and onnxruntime's idle worker
 threads go on spinning for a while after a run, and a runtime timed in that while shares the
-cores with them (on 2 cores, onnxruntime timed up to 3.5x slower right after TVM, and TVM right
-after onnxruntime; docs/benchmarks.md, session 20)"""
+cores with them (on 2 cores, each timed up to 3.5x slower right after the other)"""
 
 
 def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], *, rounds: int,

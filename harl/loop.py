@@ -56,10 +56,8 @@ def default_batch_size(trials: int, n_tasks: int) -> int:
     """Enough batches for every task to be visited about twice, and for three batches in all;
     from 2 to TVM's 64 per batch.
 
-    Each batch of a task costs a fixed search per sketch it fills, so batches of a few trials
-    pay it often: two visits per task rather than three tuned as well or better at equal trials.
-    A lone task has no allocator, and its search and cost model learn only between its batches:
-    the conv2d tuned worse in two batches than in three (docs/benchmarks.md, session 19)."""
+    Each batch of a task costs a fixed search per sketch it fills, so small batches pay it
+    often; a lone task's search and cost model learn only between its batches."""
     return max(2, min(64, trials // max(1, 2 * n_tasks), trials // 3))
 
 

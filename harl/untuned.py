@@ -1,18 +1,16 @@
 """Schedules for the tasks the budget never reached, chosen by the cost model, not measured.
 
-A task without a measured record compiles to TVM's naive loop nest (one thread, no vectors);
-with a budget short of the task count (DenseNet-121 has 191 tasks) those tasks dominate the
-model's latency. Each gets instead the best of 64 random samples of its design space as a
-cost model ranks them (the run's once it has learned, or the cost-model prior where it applies):
-a random sample alone is often slower than the naive nest (ResNet-50 at 40 trials: 1111 ms
-against 831; the model's picks 642). They live in an in-memory database used for this compile
-only, never in the tuning log, so plain TVM builds from the log do not see them.
+A task without a measured record compiles to TVM's naive loop nest (one thread, no vectors); with a
+budget short of the task count (DenseNet-121 has 191 tasks) those tasks dominate the model's
+latency. Each gets instead the best of 64 random samples of its design space as a cost model ranks
+them (the run's once it has learned, or the cost-model prior where it applies), since a random
+sample alone is often slower than the naive nest. They live in an in-memory database used for this
+compile only, never in the tuning log, so plain TVM builds from the log do not see them.
 
-Each pick is built first, as a measured candidate is: a sample can be a kernel LLVM takes
-minutes to compile (a RegNet conv vectorised over 28 lanes: 167 s, where the whole model's
-other kernels took 3 s), and the model's compile would pay it. The build timeout is the
-candidates', and the straggler cutoff compares a pick with every pick built before it (all
-tasks' picks, not one task's batch). A pick that fails gives way to the task's next best.
+Each pick is built first, as a measured candidate is: a sample can be a kernel LLVM takes minutes to
+compile, and the model's compile would pay it. The build timeout is the candidates', and the
+straggler cutoff compares a pick with every pick built before it (all tasks' picks, not one task's
+batch). A pick that fails gives way to the task's next best.
 """
 
 from __future__ import annotations
@@ -30,9 +28,7 @@ from harl.tvm_adapter import python_instance
 
 SAMPLES_PER_TASK = 64
 """random samples of a task's design space the cost model chooses among: as many as the pool
-whose top a task's first measured batch is. Against 16, ResNet-50 at 24 trials (13 tasks
-picked) built 0.71x as fast, Inception-v1 at 40 (31 picked) 0.90x; 256 no faster than 64
-(docs/benchmarks.md, session 33)"""
+whose top a task's first measured batch is"""
 BUILD_TRIES = 3
 """a task's best-ranked samples tried in turn until one builds within the limits; where none
 does, the task keeps TVM's naive nest"""

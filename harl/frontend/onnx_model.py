@@ -316,14 +316,13 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
 def for_inference(mod, fast_math: bool = True):
     """TVM's own inference rewrites, so that a batch norm costs no task of its own: one right
     after a conv is folded into the conv's weights and a bias add (as onnxruntime does), and any
-    other becomes arithmetic on its stored statistics that fuses into the op before it. Kept
-    whole, each is a task and a pass over memory (ResNet-50: 49 tasks, 41 after).
+    other becomes arithmetic on its stored statistics that fuses into the op before it (kept
+    whole, each would be a task and a pass over memory).
 
     With `fast_math` (harl's choice for CPU targets), TVM's FastMathTransform: exp, erf, tanh
     and softmax in float32 become TVM's polynomial approximations, which vectorise, where LLVM
-    calls libm for every element (erf 33x, tanh 6x, exp 5x slower on this CPU; ConvNeXt-T's
-    GELUs took it from 219 to 131 ms at 16 trials). Measured over [-100, 100], they are within
-    3.4e-7 of float64's value, relative. Plain TVM builds reuse the tuning log after the same
+    calls libm for every element; over [-100, 100] they are within 3.4e-7 of float64's value,
+    relative. Plain TVM builds reuse the tuning log after the same
     passes."""
     import tvm
     from tvm import relax

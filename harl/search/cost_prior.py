@@ -5,10 +5,9 @@ batch is random samples, and at a few trials per task those samples decide the r
 random samples span 2 to 80 ms). The prior ranks that first batch instead. It was trained by
 `tools/train_cost_prior.py` on synthetic workloads (convs, depthwise convs, dense and batched
 matmuls of shapes no benchmarked model has, 0.1-600 MFLOP), measured on a 2-core AMD EPYC (x86-64;
-TVM's target says znver4) with TVM's kernels on one thread; retrained on two-thread measurements it
-tuned no better (docs/benchmarks.md, session 16). It is used for CPU targets of the same instruction
-set only, only on the TVM it was trained on (its features are TVM's `PerStoreFeature`), and only for
-tasks of at least the FLOPs it was trained on.
+TVM's target says znver4) with TVM's kernels on one thread. It is used for CPU targets of the same
+instruction set only, only on the TVM it was trained on (its features are TVM's `PerStoreFeature`),
+and only for tasks of at least the FLOPs it was trained on.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Untuned TVM and onnxruntime (same thread count) run in the same rounds, so machine drift hits every
 build alike. The whole timing repeats in `TimingSettings.processes` fresh processes: where a
 process's buffers land moves a small model's build by up to 30% and a 512^3 matmul's by 10%, for
-that process's whole life (session 27), so a build's latency is the median over processes of its
+that process's whole life, so a build's latency is the median over processes of its
 per-process medians. Only medians and ratios leave this module.
 """
 
