@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,17 +101,18 @@ def _join_in_flight(task_scheduler) -> None:
                 logger.warning("task %d's batch in flight is lost: %s", task_id, err)
 
 
-def _say_if_measured_beside_others(clock: StageClock, say) -> None:
+def _say_if_measured_beside_others(clock: StageClock) -> None:
     """A tuning whose candidates were timed while other processes took CPU time chose among
     timings that may be off; say so once, at the end of tuning."""
     others = clock.others_while_measuring()
-    if say is not None and cpu_load.worth_saying(others):
-        say("harl: " + cpu_load.describe_other_load(others, "candidates were measured")
-            + ": the tuning's timings, and so its choices, may be off (tune on a quiet machine)")
+    if cpu_load.worth_saying(others):
+        logger.warning("harl: " + cpu_load.describe_other_load(others, "candidates were measured")
+                       + ": the tuning's timings, and so its choices, may be off (tune on a quiet "
+                       "machine)")
 
 
 def _measure_naive_nests(tasks, target, check: list[int], *, builder, runner, database,
-                         recorder: TrialRecorder, say, when: str) -> None:
+                         recorder: TrialRecorder, when: str) -> None:
     """harl.naive_nests for the tasks in `check`, into the database and history.csv; a failure
     there costs the nests, never the run (`when`: before or after tuning, for the messages)."""
     try:
@@ -120,21 +120,19 @@ def _measure_naive_nests(tasks, target, check: list[int], *, builder, runner, da
                                   database=database, stats=recorder.stats)
         recorder.record_nests(check)
     except Exception as err:  # noqa: BLE001  (a nest is a bonus; the trials are what counts)
-        logger.warning("unscheduled nests not measured %s: %s", when, err)
-        if say is not None:
-            say(f"harl: warning: TVM's unscheduled loop nests not measured {when} ({err})")
+        logger.warning(f"harl: warning: TVM's unscheduled loop nests not measured {when} ({err})")
         return
     measured = sum(math.isfinite(recorder.stats[index].naive_s) for index in check)
-    if measured and say is not None:
-        say(f"harl: TVM's unscheduled loop nest of {measured} small task(s) measured {when}: "
-            + (f"{won} kept, no trials spent" if when == "before tuning"
-               else f"faster than the tuned kernel in {won}"))
+    if measured:
+        logger.info(f"harl: TVM's unscheduled loop nest of {measured} small task(s) measured "
+                    f"{when}: " + (f"{won} kept, no trials spent" if when == "before tuning"
+                                   else f"faster than the tuned kernel in {won}"))
 
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
                *, settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
-               say: Callable[[str], None] | None = None, rpc: RpcConfig | None = None,
+               rpc: RpcConfig | None = None,
                builder=None, runner=None,
                clock: StageClock | None = None) -> tuple[object, list[TaskStats]]:
     """Tune `tasks` for `settings.trials` more trials; returns the database and per-task stats.
@@ -155,7 +153,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     # Started before the recorder's clock: its worker's start-up is not a trial's cost.
     runner = make_runner(measure, rpc) if own_runner else runner
     recorder = TrialRecorder(stats, work_dir / "history.csv", progress=progress, clock=clock,
-                             max_failed_batches=measure.max_failed_batches, say=say,
+                             max_failed_batches=measure.max_failed_batches,
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
     budget = TrialBudget(settings.trials)
@@ -191,7 +189,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             if nests:
                 _measure_naive_nests(tasks, target, tasks_to_check_first(stats, plan.naive_nests),
                                      builder=builder, runner=runner, database=database,
-                                     recorder=recorder, say=say, when="before tuning")
+                                     recorder=recorder, when="before tuning")
             if plan.allocator is not None:
                 for task_id, task in enumerate(stats):
                     plan.allocator.know_latency(task_id, task.naive_s)
@@ -217,8 +215,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             if nests and not interrupt.requested:
                 _measure_naive_nests(tasks, target, tasks_to_check(stats, plan.naive_nests),
                                      builder=builder, runner=runner, database=database,
-                                     recorder=recorder, say=say, when="after tuning")
-            _say_if_measured_beside_others(clock, say)
+                                     recorder=recorder, when="after tuning")
+            _say_if_measured_beside_others(clock)
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -45,6 +46,13 @@ def assert_plain_tvm_rebuilds(model, work_dir, *extra, applied: str | None = Non
     assert "outputs match: True" in tool.stdout
     if applied is not None:
         assert f"tuned functions applied: {applied}" in tool.stdout
+
+
+@pytest.fixture
+def harl_messages(caplog):
+    """A function that gives harl's messages logged so far in the test (INFO and above)."""
+    caplog.set_level(logging.INFO, logger="harl")
+    return lambda: [r.getMessage() for r in caplog.records if r.name.startswith("harl")]
 
 
 def harl_tune_here(*args) -> subprocess.CompletedProcess:

@@ -46,7 +46,7 @@ from replay_scorers import main as replay_scorers  # noqa: E402
 from train_cost_prior import smallest_drawn  # noqa: E402
 
 
-def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
+def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path, harl_messages):
     llvm = parse_target("llvm")
     manifest = json.loads((DATA_DIR / MANIFEST_FILE).read_text())
     shipped = load_cost_prior(llvm)
@@ -63,8 +63,8 @@ def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
     assert load_cost_prior(llvm, tmp_path / "missing") is None
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(host))
     (tmp_path / MODEL_FILE).write_text("not a model")
-    said = []
-    assert load_cost_prior(llvm, tmp_path, say=said.append) is None
+    assert load_cost_prior(llvm, tmp_path) is None
+    said = harl_messages()
     assert len(said) == 1 and "\n" not in said[0] and "unreadable" in said[0]
 
 

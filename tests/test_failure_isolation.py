@@ -57,7 +57,7 @@ SCHEDULERS = {
 
 
 @pytest.mark.parametrize("scheduler", list(SCHEDULERS))
-def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
+def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler, harl_messages):
     make_scheduler, max_failed = SCHEDULERS[scheduler]
     target = parse_target(None)
     load_tensor_intrinsics(target)
@@ -69,11 +69,11 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
                       cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace(),
                       measure_callbacks=feedback)
-    said = []
     _, stats = tune_tasks(tasks, target, plan, tmp_path,
                           settings=LoopSettings(trials=16, trials_per_batch=2, seed=0, num_cores=1),
-                          measure=MeasureConfig(max_failed_batches=max_failed), say=said.append,
+                          measure=MeasureConfig(max_failed_batches=max_failed),
                           builder=FakeBuilder(), runner=FakeRunner())
+    said = harl_messages()
     good, bad = stats
     # the failures are recorded, with their error, and the task got no batch after its stop
     assert bad.stopped and bad.trials == bad.failures == 2 * max_failed
@@ -89,20 +89,20 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
     assert len(records) == len(history) - 1 == good.trials + bad.trials
 
 
-def test_real_candidates_past_their_run_timeout_are_failures_and_the_task_stops(tmp_path):
+def test_real_candidates_past_their_run_timeout_are_failures_and_the_task_stops(tmp_path,
+                                                                               harl_messages):
     """Real builds, TVM's LocalRunner with a timeout nothing can meet, the real loop."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
     plan = SearchPlan(task_scheduler=ms.task_scheduler.RoundRobin(),
                       cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace())
-    said = []
     _, (stats,) = tune_tasks([TuningTask("matmul", matmul_module(32), 1.0, 2 * 32**3)],
                              target, plan, tmp_path,
                              settings=LoopSettings(trials=6, trials_per_batch=2, seed=0,
                                                    num_cores=1),
-                             measure=MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1),
-                             say=said.append)
+                             measure=MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1))
+    said = harl_messages()
     assert stats.stopped and stats.trials == stats.failures == 2
     assert "Timeout" in stats.last_error
     assert len(said) == 1 and "stopped task 0 (matmul)" in said[0]

@@ -140,17 +140,17 @@ def test_a_task_without_a_root_block_costs_only_its_own_nest(tmp_path, harl_buil
     assert not math.isfinite(stats[0].naive_s)
 
 
-def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path):
+def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path, harl_messages):
     class Broken:
         def build(self, inputs):
             raise RuntimeError("builder gone")
 
-    said = []
     stats = [TaskStats("tiny", 1, 1, trials=2, best_s=5e-6)]
     _measure_naive_nests([TuningTask("tiny", matmul_module(8), 1.0, 1.0)], parse_target(None),
                          [0], builder=Broken(), runner=None, database=open_database(tmp_path),
-                         recorder=TrialRecorder(stats, tmp_path / "history.csv"), say=said.append,
+                         recorder=TrialRecorder(stats, tmp_path / "history.csv"),
                          when="after tuning")
+    said = harl_messages()
     assert said and "not measured after tuning (builder gone)" in said[0]
     assert not math.isfinite(stats[0].naive_s)
 

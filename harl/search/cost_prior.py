@@ -13,11 +13,14 @@ and only for tasks of at least the FLOPs it was trained on.
 from __future__ import annotations
 
 import json
+import logging
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harl.tvm_adapter import xgb_trainer
+
+logger = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 MODEL_FILE = "cost_prior_llvm.ubj"
@@ -70,9 +73,9 @@ def prior_mismatch(manifest: dict, target) -> str | None:
     return None
 
 
-def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | None:
+def load_cost_prior(target, folder: Path = DATA_DIR) -> CostPrior | None:
     """The shipped prior when it applies to `target`; None otherwise, or when it is missing or
-    unreadable (then `say` gets a warning: the run goes on without it)."""
+    unreadable (then with a warning: the run goes on without it)."""
     manifest_path, model_path = folder / MANIFEST_FILE, folder / MODEL_FILE
     if not (manifest_path.is_file() and model_path.is_file()):
         return None
@@ -88,9 +91,8 @@ def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | No
         model.booster = booster
         return CostPrior(model, float(manifest["held_out_rho"]), float(manifest["min_flop"]))
     except (OSError, ValueError, KeyError, TypeError, xgb.core.XGBoostError) as err:
-        if say is not None:
-            from harl.report.history import one_line_error
+        from harl.report.history import one_line_error
 
-            say(f"harl: warning: cost-model prior in {folder} unreadable "
-                f"({one_line_error(err)}); going on without it")
+        logger.warning(f"harl: warning: cost-model prior in {folder} unreadable "
+                       f"({one_line_error(err)}); going on without it")
         return None
