@@ -1,11 +1,10 @@
-"""Command-line front end of `python -m harl.tune`: flags, and errors as one plain line."""
+"""Command-line flags of `python -m harl.tune`, and the command that resumes a run."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import shlex
-import sys
 from pathlib import Path
 
 from harl.config import MeasureConfig, TuneConfig
@@ -81,24 +80,3 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted run: the same one, without --fresh."""
     return shlex.join(["python", "-m", "harl.tune", *(a for a in argv if a != "--fresh")])
-
-
-def run_cli(argv: list[str] | None = None) -> int:
-    """Parse flags, run, and turn known failures into one line on stderr."""
-    from harl.tune import run
-
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
-    try:
-        run(config_from_args(args))
-    except HarlError as err:
-        if args.debug:
-            raise
-        print(f"harl: error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        work_dir = args.work_dir or TuneConfig(model=args.model).resolved_work_dir()
-        print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
-              f"resume with: {resume_command(argv)}", file=sys.stderr)
-        return 130
-    return 0

@@ -118,11 +118,10 @@ class OnnxRuntimeModel:
 SETTLE_S = 0.3
 """pause before each runner's turn when several take turns: TVM's and onnxruntime's idle worker
 threads go on spinning for a while after a run, and a runtime timed in that while shares the
-cores with them (on 2 cores, onnxruntime timed up to 3.5x slower right after TVM, and TVM right
-after onnxruntime; docs/benchmarks.md, session 20)"""
+cores with them (on 2 cores, each timed up to 3.5x slower right after the other)"""
 
 
-def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,
+def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], *, rounds: int,
                              repeats_per_round: int | dict[str, int],
                              settle_s: float = SETTLE_S) -> dict[str, list[float]]:
     """Time every runner once per round, round-robin, so that machine drift hits all alike,
@@ -141,7 +140,7 @@ def interleaved_latencies_ms(runners: dict, inputs: dict[str, np.ndarray], round
     return samples
 
 
-def latencies_within_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: int,
+def latencies_within_ms(runners: dict, inputs: dict[str, np.ndarray], *, rounds: int,
                         max_repeats: int, seconds: float) -> dict[str, list[float]]:
     """Interleaved timings of every runner in about `seconds` each: up to `max_repeats`
     samples per round, fewer for a slow runner.
@@ -159,12 +158,13 @@ def latencies_within_ms(runners: dict, inputs: dict[str, np.ndarray], rounds: in
     repeats = {key: min(max_repeats, int(seconds / (rounds * 2 * max(t, 0.01))))
                for key, t in once.items()}
     timed = {key: runner for key, runner in runners.items() if repeats[key] > 0}
-    samples = interleaved_latencies_ms(timed, inputs, rounds, repeats) if timed else {}
+    samples = interleaved_latencies_ms(timed, inputs, rounds=rounds,
+                                       repeats_per_round=repeats) if timed else {}
     return {key: samples.get(key) or [once[key] * 1e3] for key in runners}
 
 
 def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray], names: list[str],
-                  rtol: float, atol: float) -> OutputCheck:
+                  *, rtol: float, atol: float) -> OutputCheck:
     """Elementwise |a - e| <= atol + rtol * |e| on every output."""
     if len(actual) != len(expected):
         return OutputCheck(float("inf"), f"{len(actual)} outputs vs {len(expected)}", False,
@@ -196,7 +196,7 @@ class Verdict:
 
 
 def verify_tuned(tuned: list[np.ndarray], untuned: list[np.ndarray],
-                 expected: list[np.ndarray], names: list[str], rtol: float,
+                 expected: list[np.ndarray], names: list[str], *, rtol: float,
                  atol: float) -> Verdict:
     """The tuned build's outputs against onnxruntime's.
 
@@ -206,17 +206,18 @@ def verify_tuned(tuned: list[np.ndarray], untuned: list[np.ndarray],
     the untuned build got wrong is held to the untuned build's value instead, and every other
     element still to onnxruntime's. Outputs of the wrong number, shape or a non-finite error are
     never excused."""
-    check = check_outputs(tuned, expected, names, rtol, atol)
+    check = check_outputs(tuned, expected, names, rtol=rtol, atol=atol)
     if check.verified:
         return Verdict(check, ONNXRUNTIME)
-    before = check_outputs(untuned, expected, names, rtol, atol)
+    before = check_outputs(untuned, expected, names, rtol=rtol, atol=atol)
     # A finite error means the same count and shapes as onnxruntime's, and no NaN or inf.
     if before.verified or not (math.isfinite(check.max_abs_err)
                                and math.isfinite(before.max_abs_err)):
         return Verdict(check, ONNXRUNTIME)
     references = [np.where(_within(_abs_diff(then, want), want, rtol, atol), want, then)
                   for then, want in zip(untuned, expected, strict=True)]
-    return Verdict(check_outputs(tuned, references, names, rtol, atol), UNTUNED_TVM, before)
+    return Verdict(check_outputs(tuned, references, names, rtol=rtol, atol=atol), UNTUNED_TVM,
+                   before)
 
 
 def _abs_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray:

@@ -26,6 +26,8 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
+from harl.measure.artifacts import remove_build_dir
+
 
 class InterruptFlag:
     """Set by SIGINT while tuning; `check()` raises KeyboardInterrupt once it is set."""
@@ -112,8 +114,6 @@ class InterruptibleRunner(PyRunner):
         a candidate's once its result is in, which none of this batch's reach once `run`
         raises (the results of those already timed go with it)."""
         if self.flag.requested:
-            from harl.measure.builder import remove_build_dir  # it imports this module
-
             for runner_input in batch:
                 remove_build_dir(str(runner_input.artifact_path))
             self.flag.check()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from harl.naive_nests import measure_naive_nests, tasks_to_check, tasks_to_check
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
 from harl.resume import PriorRun, warm_start_cost_model
-from harl.search import SearchPlan
+from harl.search.plan import SearchPlan
 from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import is_gpu
 
@@ -56,10 +55,8 @@ def default_batch_size(trials: int, n_tasks: int) -> int:
     """Enough batches for every task to be visited about twice, and for three batches in all;
     from 2 to TVM's 64 per batch.
 
-    Each batch of a task costs a fixed search per sketch it fills, so batches of a few trials
-    pay it often: two visits per task rather than three tuned as well or better at equal trials.
-    A lone task has no allocator, and its search and cost model learn only between its batches:
-    the conv2d tuned worse in two batches than in three (docs/benchmarks.md, session 19)."""
+    Each batch of a task costs a fixed search per sketch it fills, so small batches pay it
+    often; a lone task's search and cost model learn only between its batches."""
     return max(2, min(64, trials // max(1, 2 * n_tasks), trials // 3))
 
 
@@ -104,39 +101,38 @@ def _join_in_flight(task_scheduler) -> None:
                 logger.warning("task %d's batch in flight is lost: %s", task_id, err)
 
 
-def _say_if_measured_beside_others(clock: StageClock, say) -> None:
+def _say_if_measured_beside_others(clock: StageClock) -> None:
     """A tuning whose candidates were timed while other processes took CPU time chose among
     timings that may be off; say so once, at the end of tuning."""
     others = clock.others_while_measuring()
-    if say is not None and cpu_load.worth_saying(others):
-        say("harl: " + cpu_load.describe_other_load(others, "candidates were measured")
-            + ": the tuning's timings, and so its choices, may be off (tune on a quiet machine)")
+    if cpu_load.worth_saying(others):
+        logger.warning("harl: " + cpu_load.describe_other_load(others, "candidates were measured")
+                       + ": the tuning's timings, and so its choices, may be off (tune on a quiet "
+                       "machine)")
 
 
-def _measure_naive_nests(tasks, target, check: list[int], builder, runner, database,
-                         recorder: TrialRecorder, say, when: str) -> None:
+def _measure_naive_nests(tasks, target, check: list[int], *, builder, runner, database,
+                         recorder: TrialRecorder, when: str) -> None:
     """harl.naive_nests for the tasks in `check`, into the database and history.csv; a failure
     there costs the nests, never the run (`when`: before or after tuning, for the messages)."""
     try:
-        won = measure_naive_nests(tasks, check, target, builder, runner, database,
-                                  recorder.stats)
+        won = measure_naive_nests(tasks, check, target, builder=builder, runner=runner,
+                                  database=database, stats=recorder.stats)
         recorder.record_nests(check)
     except Exception as err:  # noqa: BLE001  (a nest is a bonus; the trials are what counts)
-        logger.warning("unscheduled nests not measured %s: %s", when, err)
-        if say is not None:
-            say(f"harl: warning: TVM's unscheduled loop nests not measured {when} ({err})")
+        logger.warning(f"harl: warning: TVM's unscheduled loop nests not measured {when} ({err})")
         return
     measured = sum(math.isfinite(recorder.stats[index].naive_s) for index in check)
-    if measured and say is not None:
-        say(f"harl: TVM's unscheduled loop nest of {measured} small task(s) measured {when}: "
-            + (f"{won} kept, no trials spent" if when == "before tuning"
-               else f"faster than the tuned kernel in {won}"))
+    if measured:
+        logger.info(f"harl: TVM's unscheduled loop nest of {measured} small task(s) measured "
+                    f"{when}: " + (f"{won} kept, no trials spent" if when == "before tuning"
+                                   else f"faster than the tuned kernel in {won}"))
 
 
 def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path,
-               settings: LoopSettings, measure: MeasureConfig,
+               *, settings: LoopSettings, measure: MeasureConfig,
                progress: Progress | None = None, resume: LoopResume | None = None,
-               say: Callable[[str], None] | None = None, rpc: RpcConfig | None = None,
+               rpc: RpcConfig | None = None,
                builder=None, runner=None,
                clock: StageClock | None = None) -> tuple[object, list[TaskStats]]:
     """Tune `tasks` for `settings.trials` more trials; returns the database and per-task stats.
@@ -156,8 +152,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     clock = StageClock() if clock is None else clock
     # Started before the recorder's clock: its worker's start-up is not a trial's cost.
     runner = make_runner(measure, rpc) if own_runner else runner
-    recorder = TrialRecorder(stats, work_dir / "history.csv", progress, clock,
-                             max_failed_batches=measure.max_failed_batches, say=say,
+    recorder = TrialRecorder(stats, work_dir / "history.csv", progress=progress, clock=clock,
+                             max_failed_batches=measure.max_failed_batches,
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
     budget = TrialBudget(settings.trials)
@@ -175,7 +171,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     target=target,
                     space_generator=plan.space_generator,
                     search_strategy=StoppableSearch(plan.make_search_strategy(index), index,
-                                                    recorder.should_stop, interrupt, budget),
+                                                    should_stop=recorder.should_stop,
+                                                    interrupt=interrupt, budget=budget),
                     task_name=task.name,
                     logger=_task_logger(work_dir, index, task.name),
                     rand_state=seed,
@@ -191,9 +188,11 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             nests = plan.naive_nests is not None and not is_gpu(target)  # GPUs: thread bindings
             if nests:
                 _measure_naive_nests(tasks, target, tasks_to_check_first(stats, plan.naive_nests),
-                                     builder, runner, database, recorder, say, "before tuning")
-            if plan.know_latencies is not None:
-                plan.know_latencies([task.naive_s for task in stats])
+                                     builder=builder, runner=runner, database=database,
+                                     recorder=recorder, when="before tuning")
+            if plan.allocator is not None:
+                for task_id, task in enumerate(stats):
+                    plan.allocator.know_latency(task_id, task.naive_s)
             try:
                 plan.task_scheduler.tune(
                     tasks=contexts,
@@ -215,8 +214,9 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                 raise
             if nests and not interrupt.requested:
                 _measure_naive_nests(tasks, target, tasks_to_check(stats, plan.naive_nests),
-                                     builder, runner, database, recorder, say, "after tuning")
-            _say_if_measured_beside_others(clock, say)
+                                     builder=builder, runner=runner, database=database,
+                                     recorder=recorder, when="after tuning")
+            _say_if_measured_beside_others(clock)
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harl.measure.artifacts import remove_build_dir
 from harl.report.history import TaskStats, trial_latency_s
 
 
@@ -67,7 +68,7 @@ def tasks_to_check(stats: list[TaskStats], config: NaiveNestConfig) -> list[int]
             if task.best_s < config.below_s and not math.isfinite(task.naive_s)]
 
 
-def measure_naive_nests(tasks, indices: list[int], target, builder, runner, database,
+def measure_naive_nests(tasks, indices: list[int], target, *, builder, runner, database,
                         stats: list[TaskStats]) -> int:
     """Measure the unscheduled nest of `tasks[indices]`; commit the ones faster than the tuned.
 
@@ -77,8 +78,6 @@ def measure_naive_nests(tasks, indices: list[int], target, builder, runner, data
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.schedule import ScheduleError
-
-    from harl.measure.builder import remove_build_dir
 
     schedules, schedulable = [], []
     for index in indices:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +24,8 @@ from harl.errors import HarlError
 from harl.naive_nests import is_naive_trace
 from harl.report.history import TaskStats
 from harl.report.metrics import METRICS_FILE
+
+logger = logging.getLogger(__name__)
 
 MANIFEST_FILE = "run.json"
 HISTORY_FILE = "history.csv"
@@ -94,13 +96,12 @@ def move_earlier_run_aside(work_dir: Path) -> Path | None:
     return aside
 
 
-def claim_work_dir(work_dir: Path, manifest: RunManifest, fresh: bool,
-                   say: Callable[[str], None]) -> None:
+def claim_work_dir(work_dir: Path, manifest: RunManifest, *, fresh: bool) -> None:
     """Make `work_dir` hold `manifest`'s run: start over, or check it and repair crash damage."""
     if fresh:
         aside = move_earlier_run_aside(work_dir)
         if aside is not None:
-            say(f"harl: --fresh: moved the earlier run to {aside}")
+            logger.info(f"harl: --fresh: moved the earlier run to {aside}")
     else:
         earlier = RunManifest.read(work_dir)
         has_records = (work_dir / RECORD_FILE).exists() and (work_dir / RECORD_FILE).stat().st_size
@@ -110,8 +111,9 @@ def claim_work_dir(work_dir: Path, manifest: RunManifest, fresh: bool,
         for name, is_json in ((WORKLOAD_FILE, True), (RECORD_FILE, True), (HISTORY_FILE, False)):
             backup = repair_truncated_last_line(work_dir / name, is_json)
             if backup is not None:
-                say(f"harl: warning: {work_dir / name} ended in a partial line (a crash while "
-                    f"writing?); dropped it, damaged copy kept as {backup.name}")
+                logger.warning(f"harl: warning: {work_dir / name} ended in a partial line (a "
+                               f"crash while writing?); dropped it, damaged copy kept as "
+                               f"{backup.name}")
     manifest.write(work_dir)
 
 

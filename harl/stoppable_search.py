@@ -18,6 +18,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from harl.interrupt import InterruptFlag
+from harl.tvm_adapter import initialize_search_strategy
 
 
 class TrialBudget:
@@ -46,7 +47,7 @@ class StoppableSearch(PySearchStrategy):
     candidates that were measured, and must accept fewer results than it proposed.
     """
 
-    def __init__(self, inner, task_id: int, should_stop: Callable[[int], bool],
+    def __init__(self, inner, task_id: int, *, should_stop: Callable[[int], bool],
                  interrupt: InterruptFlag | None = None,
                  budget: TrialBudget | None = None) -> None:
         super().__init__()
@@ -57,7 +58,7 @@ class StoppableSearch(PySearchStrategy):
         self.budget = budget
 
     def _initialize_with_tune_context(self, context) -> None:
-        self.inner._initialize_with_tune_context(context)
+        initialize_search_strategy(self.inner, context)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database,
                    cost_model) -> None:
@@ -82,5 +83,5 @@ class StoppableSearch(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self):
-        return StoppableSearch(self.inner.clone(), self.task_id, self.should_stop,
-                               self.interrupt, self.budget)
+        return StoppableSearch(self.inner.clone(), self.task_id, should_stop=self.should_stop,
+                               interrupt=self.interrupt, budget=self.budget)

@@ -5,9 +5,11 @@ This is the one outer loop; every step lives in its own module.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
+from harl.cli import build_parser, config_from_args, resume_command
 from harl.config import TuneConfig
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
@@ -17,6 +19,7 @@ from harl.evaluate import (
     latencies_within_ms,
     verify_tuned,
 )
+from harl.frontend.graph_writer import set_input_shapes
 from harl.frontend.large_models import save_beside_weights, serialised
 from harl.frontend.lowering import describe_lowered
 from harl.frontend.onnx_model import (
@@ -24,7 +27,6 @@ from harl.frontend.onnx_model import (
     OnnxModel,
     import_model,
     load_onnx,
-    set_input_shapes,
 )
 from harl.frontend.tasks import extract_tasks
 from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
@@ -32,6 +34,7 @@ from harl.measure import cpu_load
 from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
 from harl.report.history import TaskStats, last_history_time_s
+from harl.report.messages import messages_to
 from harl.report.phases import PhaseClock
 from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
@@ -39,12 +42,15 @@ from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior, load_cost_prior
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
+from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
     load_tensor_intrinsics,
     native_logs_into,
     quiet_tvm_loggers,
     serve_unknown_schedule_rules,
 )
+
+logger = logging.getLogger("harl.tune")  # not __name__: `python -m harl.tune` runs as __main__
 
 
 def prepare_work_dir(path: Path) -> Path:
@@ -89,9 +95,13 @@ def save_imported(model: OnnxModel, path: Path) -> str:
 
 
 def run(config: TuneConfig, out=None) -> RunReport:
-    """Tune one model end to end and return its report (also written to the work dir)."""
-    out = out if out is not None else sys.stdout
-    say = (lambda _msg: None) if config.quiet else (lambda msg: print(msg, file=out, flush=True))
+    """Tune one model end to end and return its report (also written to the work dir); harl's
+    messages go to `out` (stdout), none with `config.quiet`."""
+    with messages_to(out if out is not None else sys.stdout, quiet=config.quiet):
+        return _run(config)
+
+
+def _run(config: TuneConfig) -> RunReport:
     if config.trials <= 0:
         raise HarlError(f"--trials must be a positive number, got {config.trials}")
     clock = PhaseClock()
@@ -103,14 +113,14 @@ def run(config: TuneConfig, out=None) -> RunReport:
         first = next(spec for spec in model.inputs if spec.name == model.assumed_dims[0][0])
         dims = ", ".join(f"{name}[0]" + (f" {dim!r}" if dim else "")
                          for name, dim in model.assumed_dims)
-        say(f"harl: {model.name}: batch dim {dims} is symbolic: tuned "
-            f"for 1 (--input-shape {first.name}:{','.join(map(str, first.shape))} with another "
-            "size to choose)")
+        logger.info(f"harl: {model.name}: batch dim {dims} is symbolic: tuned for 1 "
+                    f"(--input-shape {first.name}:{','.join(map(str, first.shape))} with "
+                    "another size to choose)")
     target = parse_target(config.target)
     if is_gpu(target) and config.rpc is not None:
-        say(f"harl: kernels are built for {target.attrs.get('arch', '?')}"
-            + ("" if gpu_visible() else " (no GPU here)") + "; a target tag such as "
-            "nvidia/nvidia-h100 matches other GPU servers")
+        logger.info(f"harl: kernels are built for {target.attrs.get('arch', '?')}"
+                    + ("" if gpu_visible() else " (no GPU here)") + "; a target tag such as "
+                    "nvidia/nvidia-h100 matches other GPU servers")
     elif is_gpu(target) and not gpu_visible():
         raise HarlError(f"--target {config.target} measures on a GPU and none is visible here: "
                         "pass --rpc-tracker HOST:PORT --rpc-key KEY to measure on a GPU server")
@@ -121,7 +131,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
     work_dir = prepare_work_dir(config.resolved_work_dir())
     asked_prior = config.strategy == "harl" and config.cost_prior
     claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy, asked_prior),
-                   config.fresh, say)
+                   fresh=config.fresh)
     (work_dir / "logs").mkdir(exist_ok=True)
     tvm_log = work_dir / "logs" / "tvm.log"
     quiet_tvm_loggers(tvm_log)
@@ -140,49 +150,52 @@ def run(config: TuneConfig, out=None) -> RunReport:
         rewrites.append("its input shapes are fixed")
     if rewrites:
         saved = save_imported(imported, work_dir / IMPORTED_MODEL_FILE)
-        say(f"harl: {model.name}: {'; '.join(rewrites)} ({saved})")
+        logger.info(f"harl: {model.name}: {'; '.join(rewrites)} ({saved})")
     # Builds, the search's threads and the cost model run here, whatever cores the target has
     # (its num-cores shapes the kernels: a farm's target may have 64 cores or one).
     num_cores = local_cpu_count()
     batch = config.trials_per_batch or default_batch_size(config.trials, len(tasks))
-    say(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
-        f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> {work_dir}")
+    logger.info(f"harl: {model.name}: {len(tasks)} tasks, target {target.kind.name}, "
+                f"strategy {config.strategy}, {config.trials} trials ({batch} per batch) -> "
+                f"{work_dir}")
     if threads_set and not is_gpu(target):  # a GPU's kernels do not use the thread pool
         plural = "s" if runtime_threads != 1 else ""
-        say(f"harl: TVM's runtime runs kernels here on {runtime_threads} thread{plural}, one "
-            "per core (set TVM_NUM_THREADS to choose; plain TVM builds need it too)")
+        logger.info(f"harl: TVM's runtime runs kernels here on {runtime_threads} "
+                    f"thread{plural}, one per core (set TVM_NUM_THREADS to choose; plain TVM "
+                    "builds need it too)")
     if config.rpc is not None:
-        say(f"harl: measuring on RPC key {config.rpc.key!r} at "
-            f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
+        logger.info(f"harl: measuring on RPC key {config.rpc.key!r} at "
+                    f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
     cost_prior = None
     if asked_prior:
-        cost_prior = load_cost_prior(target, say=say)
+        cost_prior = load_cost_prior(target)
         if cost_prior is not None and not any(cost_prior.applies_to(t.mod) for t in tasks):
             cost_prior = None  # every task is too small for it
         if cost_prior is not None:
-            say("harl: a cost model trained on other workloads ranks the samples of tasks of "
-                f"{cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the run's model has "
-                "learned the task (--no-prior: the run's model only)")
+            logger.info("harl: a cost model trained on other workloads ranks the samples of "
+                        f"tasks of {cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the "
+                        "run's model has learned the task (--no-prior: the run's model only)")
     resume = resume_state(work_dir, tasks)
     remaining = config.trials - resume.prior.trials
     if resume.prior.trials:
-        say(f"harl: resuming: {resume.prior.trials} trials already in the database, "
-            + (f"{remaining} to go" if remaining > 0 else
-               f"the budget of {config.trials} is spent; going straight to compile and verify"))
+        logger.info(f"harl: resuming: {resume.prior.trials} trials already in the database, "
+                    + (f"{remaining} to go" if remaining > 0 else f"the budget of "
+                       f"{config.trials} is spent; going straight to compile and verify"))
 
     # 2. Tune
     clock.lap("setup")
     plan = None
     stage_clock = StageClock()
     if remaining > 0:
-        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
+        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores, tasks=tasks,
                          overlap=config.rpc is not None,  # the farm's futures are pending
                          cost_prior=cost_prior)
         settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
                                 num_cores=num_cores)
         progress = Progress(config.trials, enabled=False if config.quiet else None,
                             done_before=resume.prior.trials)
-        tune_tasks(tasks, target, plan, work_dir, settings, config.measure, progress, resume, say,
+        tune_tasks(tasks, target, plan, work_dir, settings=settings, measure=config.measure,
+                   progress=progress, resume=resume,
                    rpc=config.rpc, clock=stage_clock)
     database, stats = resume.database, resume.stats
     tune_seconds = clock.lap("tuning")
@@ -207,16 +220,18 @@ def run(config: TuneConfig, out=None) -> RunReport:
         compile_database = database
         if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
             with native_logs_into(tvm_log):
-                compile_database = schedule_untuned(report, tasks, target, database, plan,
-                                                    resume.prior, cost_prior, config, say, clock)
-        say("harl: compiling and verifying against onnxruntime ...")
-        evaluate_into(report, model, relax_mod, target, compile_database, config, clock, tvm_log)
+                compile_database = schedule_untuned(report, tasks, target, database, plan=plan,
+                                                    prior=resume.prior, cost_prior=cost_prior,
+                                                    config=config, clock=clock)
+        logger.info("harl: compiling and verifying against onnxruntime ...")
+        evaluate_into(report, model, relax_mod, target, compile_database, config=config,
+                      clock=clock, tvm_log=tvm_log)
 
     # 4. Report
     report.phase_seconds = {phase: round(value, 2) for phase, value in clock.seconds.items()}
     report.write(work_dir / "report.json")
-    say(format_summary(report))
-    say(f"harl: database, history.csv and report.json in {work_dir}")
+    logger.info(format_summary(report))
+    logger.info(f"harl: database, history.csv and report.json in {work_dir}")
     if report.verified is False:
         raise VerificationError(
             f"tuned model output {report.worst_output!r} differs from "
@@ -226,8 +241,8 @@ def run(config: TuneConfig, out=None) -> RunReport:
     return report
 
 
-def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: PriorRun,
-                     cost_prior: CostPrior | None, config: TuneConfig, say, clock: PhaseClock):
+def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior: PriorRun,
+                     cost_prior: CostPrior | None, config: TuneConfig, clock: PhaseClock):
     """The database to compile with: `database`, plus the cost model's unmeasured picks for the
     tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
     `prior`: the records the work dir held before this run, all of them when `plan` is None;
@@ -242,22 +257,22 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(prior, tasks, target, cost_prior)
+        scorer = scorer_from_records(prior, tasks, target, cost_prior=cost_prior)
     else:
-        xgb = getattr(plan.cost_model, "_inst", None)
+        xgb = python_instance(plan.cost_model)
         scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
     with pick_builder(config.measure) as builder:
         database, picks = with_predicted(
             database, tasks, untuned, target, scorer, seed=config.seed, builder=builder,
-            announce=lambda count: say(
+            announce=lambda count: logger.info(
                 f"harl: {count} task(s) were never measured; the cost model picks one of "
                 f"{SAMPLES_PER_TASK} samples for each, built to check (not measured, not in the "
                 "tuning log) ..."))
     if picks.failed_builds:
-        say(f"harl: {picks.failed_builds} sampled pick(s) failed to build or were cut off; "
-            "the task's next best took each one's place"
-            + (f" ({picks.unbuilt_tasks} task(s) keep TVM's naive nest: none of their top "
-               "samples built)" if picks.unbuilt_tasks else ""))
+        logger.info(f"harl: {picks.failed_builds} sampled pick(s) failed to build or were cut "
+                    "off; the task's next best took each one's place"
+                    + (f" ({picks.unbuilt_tasks} task(s) keep TVM's naive nest: none of their "
+                       "top samples built)" if picks.unbuilt_tasks else ""))
     for index in picks.task_indices:
         report.tasks[index].predicted = True
     clock.lap("picks")
@@ -269,7 +284,7 @@ def _rounded(value: float | None) -> float | None:
 
 
 def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
-                  config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
+                  *, config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
     """Fill the report's latencies and output check (skipped when the target is not here);
     `clock` laps the compile and check, then the timing; TVM's C++ warnings while compiling go
     to `tvm_log`."""
@@ -284,9 +299,9 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 
     expected = reference.run(inputs)
+    rtol, atol = config.verify.tolerances(output.dtype for output in expected)
     verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,
-                           list(model.output_names),
-                           *config.verify.tolerances(output.dtype for output in expected))
+                           list(model.output_names), rtol=rtol, atol=atol)
     check = verdict.check
     report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
     report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
@@ -298,18 +313,31 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
     rounds = 4
     before = cpu_load.snapshot()
-    samples = latencies_within_ms(runners, inputs, rounds,
-                                  max(1, config.verify.latency_repeats // rounds),
-                                  config.verify.timing_seconds)
+    samples = latencies_within_ms(runners, inputs, rounds=rounds,
+                                  max_repeats=max(1, config.verify.latency_repeats // rounds),
+                                  seconds=config.verify.timing_seconds)
     report.timing_other_cores = _rounded(cpu_load.other_load_cores(before, cpu_load.snapshot()))
     report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
     clock.lap("timing")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harl.cli import run_cli
-
-    return run_cli(argv)
+    """Parse flags, run, and turn known failures into one line on stderr."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        run(config_from_args(args))
+    except HarlError as err:
+        if args.debug:
+            raise
+        print(f"harl: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        work_dir = args.work_dir or TuneConfig(model=args.model).resolved_work_dir()
+        print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
+              f"resume with: {resume_command(argv)}", file=sys.stderr)
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
-import importlib.util
-import inspect
 import logging
 import os
 import platform
 import sys
 
-_INTRINSICS_PACKAGE = "tvm.s_tir.tensor_intrin"
+from harl.tvm_adapter import import_tensor_intrinsics, schedule_rule_served, serve_schedule_rule
+
 #: What the package's __init__ imports: every set, for target kinds harl has no entry for.
 _ALL_INTRINSICS = ("cuda", "arm_cpu", "x86", "rocm", "hexagon", "riscv_cpu")
 #: The sets MetaSchedule's rules can ask for on each kind (CUDA's int8 rules use the dp4a
@@ -34,49 +32,11 @@ def intrinsic_sets(target) -> tuple[str, ...]:
 def load_tensor_intrinsics(target) -> None:
     """Register the tensor intrinsics for `target` before a TuneContext is made.
 
-    TuneContext imports the whole intrinsic package: 30-70 s here, most of it CUDA's. The
-    package shell is created without running its __init__ (so TuneContext's import finds it
-    done) and only the sets `target` can use are imported (x86's in under a second, CUDA's in
-    about 5 s once TVMScript's stack walks skip the module scan, below). Sets of
-    another target in the same process are imported when that target asks (an imported one is
-    not run again).
+    Only the sets `target` can use are imported, not the whole package TuneContext would
+    import (x86's in under a second instead of 30-70 s). Sets of another target in the same
+    process are imported when that target asks (an imported one is not run again).
     """
-    if _INTRINSICS_PACKAGE not in sys.modules:
-        import tvm.s_tir  # noqa: F401  (the parent package must exist first)
-
-        spec = importlib.util.find_spec(_INTRINSICS_PACKAGE)
-        sys.modules[_INTRINSICS_PACKAGE] = importlib.util.module_from_spec(spec)
-    with _frames_of_no_file_skip_the_module_scan():
-        for name in intrinsic_sets(target):
-            importlib.import_module(f"{_INTRINSICS_PACKAGE}.{name}")
-
-
-@contextlib.contextmanager
-def _frames_of_no_file_skip_the_module_scan():
-    """Make `inspect.getmodule` answer at once for frames of no file, such as the importer's.
-
-    TVMScript calls `inspect.stack()` for every function it parses (CUDA's set: 376 times),
-    and for a frame of `<frozen importlib._bootstrap>` (or `<string>`, `<ast>`) getmodule
-    scans all of `sys.modules` before it returns None: with torch loaded (2,000 modules)
-    that was 30 s of CUDA's 36, and 60 of 68 s inside pytest. The scan finds a module only
-    where one's `__file__` is such a name itself (`__main__` of `python - < script.py`);
-    either way, what TVMScript reads of the stack (file names, no source lines for them)
-    is the same.
-    """
-    scanning_getmodule = inspect.getmodule
-
-    def getmodule(obj, _filename=None):
-        has_a_file = inspect.isframe(obj) or inspect.iscode(obj) or inspect.istraceback(obj)
-        if has_a_file and (_filename or inspect.getfile(obj)).startswith("<"):
-            return None
-        return scanning_getmodule(obj, _filename)
-
-    inspect.getmodule = getmodule
-    try:
-        yield
-    finally:
-        if inspect.getmodule is getmodule:  # not another thread's, set in the meantime
-            inspect.getmodule = scanning_getmodule
+    import_tensor_intrinsics(intrinsic_sets(target))
 
 
 def quiet_tvm_loggers(log_file=None) -> None:
@@ -122,17 +82,14 @@ def serve_unknown_schedule_rules(mods, target) -> list[str]:
     for `target`'s keys, one that does what MetaSchedule does then: drop the annotation, so
     that its default rules schedule the block. Legalised pools name `meta_schedule.pool_max`
     and `pool_avg`, which TVM serves for no target, and MetaSchedule warns from C++ each time
-    it builds such a task's design space: two lines on the terminal for every pool task as
-    tuning starts. The rules given a function are returned (none already served are touched)."""
-    import tvm
-
+    it builds such a task's design space. The rules given a function are returned (none already
+    served are touched)."""
     keys = [str(key) for key in target.keys]
     named = {rule for mod in mods for rule in _block_schedule_rules(mod)} - {"None"}
     served = []
     for rule in sorted(named):
-        names = [f"s_tir.meta_schedule.{key}.{rule}" for key in keys]
-        if names and not any(tvm.get_global_func(name, allow_missing=True) for name in names):
-            tvm.register_global_func(names[0], _drop_schedule_rule)
+        if keys and not schedule_rule_served(keys, rule):
+            serve_schedule_rule(keys[0], rule, _drop_schedule_rule)
             served.append(rule)
     return served
 

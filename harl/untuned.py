@@ -1,18 +1,16 @@
 """Schedules for the tasks the budget never reached, chosen by the cost model, not measured.
 
-A task without a measured record compiles to TVM's naive loop nest (one thread, no vectors);
-with a budget short of the task count (DenseNet-121 has 191 tasks) those tasks dominate the
-model's latency. Each gets instead the best of 64 random samples of its design space as a
-cost model ranks them (the run's once it has learned, or the cost-model prior where it applies):
-a random sample alone is often slower than the naive nest (ResNet-50 at 40 trials: 1111 ms
-against 831; the model's picks 642). They live in an in-memory database used for this compile
-only, never in the tuning log, so plain TVM builds from the log do not see them.
+A task without a measured record compiles to TVM's naive loop nest (one thread, no vectors); with a
+budget short of the task count (DenseNet-121 has 191 tasks) those tasks dominate the model's
+latency. Each gets instead the best of 64 random samples of its design space as a cost model ranks
+them (the run's once it has learned, or the cost-model prior where it applies), since a random
+sample alone is often slower than the naive nest. They live in an in-memory database used for this
+compile only, never in the tuning log, so plain TVM builds from the log do not see them.
 
-Each pick is built first, as a measured candidate is: a sample can be a kernel LLVM takes
-minutes to compile (a RegNet conv vectorised over 28 lanes: 167 s, where the whole model's
-other kernels took 3 s), and the model's compile would pay it. The build timeout is the
-candidates', and the straggler cutoff compares a pick with every pick built before it (all
-tasks' picks, not one task's batch). A pick that fails gives way to the task's next best.
+Each pick is built first, as a measured candidate is: a sample can be a kernel LLVM takes minutes to
+compile, and the model's compile would pay it. The build timeout is the candidates', and the
+straggler cutoff compares a pick with every pick built before it (all tasks' picks, not one task's
+batch). A pick that fails gives way to the task's next best.
 """
 
 from __future__ import annotations
@@ -22,15 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harl.measure.artifacts import remove_build_dir
 from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedules_of, with_state
 from harl.target import local_cpu_count
+from harl.tvm_adapter import python_instance
 
 SAMPLES_PER_TASK = 64
 """random samples of a task's design space the cost model chooses among: as many as the pool
-whose top a task's first measured batch is. Against 16, ResNet-50 at 24 trials (13 tasks
-picked) built 0.71x as fast, Inception-v1 at 40 (31 picked) 0.90x; 256 no faster than 64
-(docs/benchmarks.md, session 33)"""
+whose top a task's first measured batch is"""
 BUILD_TRIES = 3
 """a task's best-ranked samples tried in turn until one builds within the limits; where none
 does, the task keeps TVM's naive nest"""
@@ -60,7 +58,7 @@ def _context(task, target):
 
 
 def predicted_schedules(tasks, wanted: list[int], target, scorer,
-                        samples: int = SAMPLES_PER_TASK, seed: int = 0,
+                        *, samples: int = SAMPLES_PER_TASK, seed: int = 0,
                         builder=None) -> PredictedSchedules:
     """For each task of `tasks` indexed in `wanted`, the sample of its design space that
     `scorer` (a ProgramScorer that ranks those tasks) rates best among `samples` random ones;
@@ -80,7 +78,7 @@ def predicted_schedules(tasks, wanted: list[int], target, scorer,
         postprocs = list(context.space_generator.postprocs)
         seeds = [int(rng.integers(1 << 30)) for _ in range(samples)]
         drawn = schedules_of(task.mod, [sketches[i % len(sketches)] for i in range(samples)],
-                             postprocs, seeds, context.num_threads)
+                             postprocs, seeds, workers=context.num_threads)
         # one of each program: a copy of a sample that failed to build would fail again
         legal = list({tvm_ffi.structural_hash(sch.mod): sch
                       for sch in drawn if sch is not None}.values())
@@ -108,8 +106,6 @@ def _first_built(ranked: dict[int, tuple[list, object]], target,
     samples build are left out), and how many builds failed. A round builds every task's
     next sample at once."""
     from tvm.s_tir.meta_schedule.builder import BuilderInput
-
-    from harl.measure.builder import remove_build_dir
 
     chosen: dict[int, int] = {}
     failed = 0
@@ -145,7 +141,7 @@ def pick_builder(measure):
         builder.shutdown()
 
 
-def with_predicted(database, tasks, wanted: list[int], target, scorer, seed: int = 0,
+def with_predicted(database, tasks, wanted: list[int], target, scorer, *, seed: int = 0,
                    announce=None, builder=None) -> tuple[object, PredictedSchedules]:
     """`database`, joined with `scorer`'s picks for the tasks of `wanted` it ranks (each
     built first where a `builder` is given), and the picks. A task it cannot rank keeps TVM's
@@ -162,7 +158,7 @@ def with_predicted(database, tasks, wanted: list[int], target, scorer, seed: int
     return ms.database.UnionDatabase(database, picks.database), picks
 
 
-def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
+def scorer_from_records(prior: PriorRun, tasks, target, *, cost_prior=None,
                         warmup_samples: int = 8):
     """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
     `tasks`), as a resumed run's model does: the cost model of a run that measured nothing this
@@ -175,4 +171,4 @@ def scorer_from_records(prior: PriorRun, tasks, target, cost_prior=None,
 
     xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
     warm_start_cost_model(xgb, [_context(task, target) for task in tasks], prior)
-    return ProgramScorer(xgb._inst, cost_prior)
+    return ProgramScorer(python_instance(xgb), cost_prior)

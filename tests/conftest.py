@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -47,15 +48,22 @@ def assert_plain_tvm_rebuilds(model, work_dir, *extra, applied: str | None = Non
         assert f"tuned functions applied: {applied}" in tool.stdout
 
 
+@pytest.fixture
+def harl_messages(caplog):
+    """A function that gives harl's messages logged so far in the test (INFO and above)."""
+    caplog.set_level(logging.INFO, logger="harl")
+    return lambda: [r.getMessage() for r in caplog.records if r.name.startswith("harl")]
+
+
 def harl_tune_here(*args) -> subprocess.CompletedProcess:
     """The same command run in this process, its exit code, stdout and stderr as a fresh one's
     (harl's own output; not TVM's C++ logs). For tests of what a run does with a model rather
     than of the process: it saves the second import of TVM and torch (8-10 s a run)."""
-    from harl.cli import run_cli
+    from harl.tune import main
 
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        code = run_cli(list(map(str, args)))
+        code = main(list(map(str, args)))
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 

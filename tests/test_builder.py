@@ -7,8 +7,9 @@ import tvm
 from conftest import matmul_module
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
+from harl.measure.artifacts import remove_build_dir
 from harl.measure.build_pool import BuildJob
-from harl.measure.builder import PersistentBuilder, remove_build_dir
+from harl.measure.builder import PersistentBuilder
 from harl.target import parse_target
 
 

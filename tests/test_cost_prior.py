@@ -30,6 +30,7 @@ from harl.search.cost_prior import (
 from harl.search.program_scorer import ProgramScorer
 from harl.search.trace_sites import schedule_of, with_state
 from harl.target import parse_target
+from harl.tvm_adapter import python_instance, xgb_predict
 
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -45,7 +46,7 @@ from replay_scorers import main as replay_scorers  # noqa: E402
 from train_cost_prior import smallest_drawn  # noqa: E402
 
 
-def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
+def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path, harl_messages):
     llvm = parse_target("llvm")
     manifest = json.loads((DATA_DIR / MANIFEST_FILE).read_text())
     shipped = load_cost_prior(llvm)
@@ -62,8 +63,8 @@ def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path):
     assert load_cost_prior(llvm, tmp_path / "missing") is None
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(host))
     (tmp_path / MODEL_FILE).write_text("not a model")
-    said = []
-    assert load_cost_prior(llvm, tmp_path, say=said.append) is None
+    assert load_cost_prior(llvm, tmp_path) is None
+    said = harl_messages()
     assert len(said) == 1 and "\n" not in said[0] and "unreadable" in said[0]
 
 
@@ -96,13 +97,13 @@ class InverseModel:
         self.xgb = xgb
 
     def _predict(self, xs):
-        return -np.asarray(self.xgb._predict(xs=xs))
+        return -np.asarray(xgb_predict(self.xgb, xs))
 
 
 def test_the_prior_scores_a_task_alone_until_the_run_model_has_measured_it():
     target = parse_target("llvm")
     xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
-    scorer = ProgramScorer(xgb._inst, CostPrior(ConstantModel(7.0), 0.5, min_flop=1e6),
+    scorer = ProgramScorer(python_instance(xgb), CostPrior(ConstantModel(7.0), 0.5, min_flop=1e6),
                            equal_weight_samples=6)
     matmul, conv = matmul_module(128), conv2d_module(size=32, channels=16)  # 4.2, 4.7 MFLOP
     assert not scorer.ranks(conv2d_module()) and not scorer.uses_prior(matmul_module(32))
@@ -118,8 +119,8 @@ def test_the_prior_scores_a_task_alone_until_the_run_model_has_measured_it():
     scorer.note_update()
     assert scorer.own_weight(matmul) == pytest.approx(4 / 10)  # 4 of min_task_samples 4
     assert scorer.own_weight(conv) == 0  # one task at a time: the prior alone on the conv
-    own = xgb._inst._predict(xs=[x.numpy() for x in xgb.extractor.extract_from(context,
-                                                                                candidates)])
+    own = xgb_predict(python_instance(xgb), [x.numpy() for x in xgb.extractor.extract_from(
+        context, candidates)])
     # The prior scores every candidate alike, so it adds nothing: the blend ranks like the
     # run's model, on the scale of the task's measured throughputs (best latency / latency).
     scores = scorer(context, candidates).scores
@@ -127,7 +128,7 @@ def test_the_prior_scores_a_task_alone_until_the_run_model_has_measured_it():
     # Over the task's successful measurements (1, 2, 3, 0.5 ms) the run's model's standardised
     # scores average 0, so the blend averages their throughputs, best latency / latency.
     assert np.mean(scores[[0, 1, 2, 5]]) == pytest.approx(np.mean([0.5, 0.25, 0.5 / 3, 1.0]))
-    assert ProgramScorer(xgb._inst).own_weight(conv) == 1.0  # no prior: the run's model
+    assert ProgramScorer(python_instance(xgb)).own_weight(conv) == 1.0  # no prior: the run's model
     assert scorer.ranks(matmul_module(32))  # too small for the prior; the run's model has learned
 
 
@@ -137,13 +138,14 @@ def test_the_run_model_outweighs_the_prior_as_it_learns_the_task():
     context, candidates = samples(matmul_module(128), target, 8)
     xgb.update(context, candidates, [RunnerResult([1e-3 * (1 + i % 3 + i / 8)], None)
                                      for i in range(8)])
-    own = xgb._inst._predict(xs=[x.numpy() for x in xgb.extractor.extract_from(context,
-                                                                                candidates)])
+    own = xgb_predict(python_instance(xgb), [x.numpy() for x in xgb.extractor.extract_from(
+        context, candidates)])
     assert own.std() > 0
 
     def agreement(equal_weight_samples):
-        prior = CostPrior(InverseModel(xgb._inst), 0.5, min_flop=1e6)
-        scorer = ProgramScorer(xgb._inst, prior, equal_weight_samples=equal_weight_samples)
+        prior = CostPrior(InverseModel(python_instance(xgb)), 0.5, min_flop=1e6)
+        scorer = ProgramScorer(python_instance(xgb), prior,
+                               equal_weight_samples=equal_weight_samples)
         return np.corrcoef(scorer(context, candidates).scores, own)[0, 1]
 
     assert agreement(24) < -0.9  # 8 measurements against 24: the prior leads

@@ -97,11 +97,10 @@ def test_a_missing_or_stalled_snapshot_says_nothing():
 
 def test_a_tick_over_a_few_milliseconds_of_measuring_is_not_load():
     # A fake runner's instant batches: 5 ms watched, one tick of someone else's (it read as 2.1
-    # cores and a test's loop, which has no `say`, tried to say so).
+    # cores and a test's loop said so).
     clock = StageClock(run_s=0.005, watched_run_s=0.005, others_core_s=0.01)
     assert clock.others_while_measuring() is None
-    _say_if_measured_beside_others(StageClock(run_s=2.0, watched_run_s=2.0, others_core_s=1.8),
-                                   None)  # no one to tell: nothing raised
+    _say_if_measured_beside_others(StageClock(run_s=2.0, watched_run_s=2.0, others_core_s=1.8))
 
 
 def fake_proc(tmp_path, children_list: bool = True):
@@ -189,18 +188,20 @@ class SleepingRunner:
 
 
 @linux_only
-def test_candidates_measured_beside_another_process_are_flagged_after_tuning():
+def test_candidates_measured_beside_another_process_are_flagged_after_tuning(caplog,
+                                                                            harl_messages):
     quiet, watched, unwatched = StageClock(), StageClock(), StageClock()
     ClockedRunner(SleepingRunner(), unwatched).run([])  # a farm's runner: not watched
     with AnotherProcessSpinning():
         for _ in range(2):
             ClockedRunner(SleepingRunner(), watched, watch_load=True).run([])
-    said = []
-    _say_if_measured_beside_others(watched, said.append)
+    _say_if_measured_beside_others(watched)
+    said = harl_messages()
     assert watched.watched_run_s == pytest.approx(watched.run_s) and watched.run_s >= 1.2
     assert watched.others_while_measuring() > 0.6
     assert said and "while candidates were measured" in said[0]
     assert unwatched.others_while_measuring() is None
-    said.clear()
-    _say_if_measured_beside_others(quiet, said.append)  # nothing measured: nothing said
+    caplog.clear()
+    _say_if_measured_beside_others(quiet)  # nothing measured: nothing said
+    said = harl_messages()
     assert not said

@@ -13,7 +13,8 @@ import tvm
 from conftest import matmul_module
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
-from harl.measure.builder import PersistentBuilder, remove_build_dir
+from harl.measure.artifacts import remove_build_dir
+from harl.measure.builder import PersistentBuilder
 from harl.measure.cuda_build import (
     FATBIN_MAGIC,
     LIBRARY_SYMBOL,

@@ -21,43 +21,44 @@ def test_worst_output_is_named_when_it_fails():
 
 
 def test_shape_mismatch_and_nan_fail():
-    assert not check_outputs([np.zeros(2)], [np.zeros(3)], ["a"], 1e-3, 1e-4).verified
-    assert not check_outputs([np.array([np.nan])], [np.zeros(1)], ["a"], 1e-3, 1e-4).verified
+    assert not check_outputs([np.zeros(2)], [np.zeros(3)], ["a"], rtol=1e-3, atol=1e-4).verified
+    assert not check_outputs([np.array([np.nan])], [np.zeros(1)], ["a"], rtol=1e-3,
+                             atol=1e-4).verified
 
 
 def test_tuning_is_judged_against_untuned_tvm_only_where_tvm_itself_disagrees():
     ort = [np.array([0.2, 0.3, 0.5], "float32")]
     tvm_off = [np.array([0.2006, 0.2994, 0.5], "float32")]  # a rounding flip in TVM's compile
     # TVM agrees with onnxruntime: the tuned build is held to onnxruntime.
-    verdict = verify_tuned(tvm_off, ort, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(tvm_off, ort, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
     # TVM's untuned build disagrees already, and the tuned one kept its outputs.
-    verdict = verify_tuned(tvm_off, tvm_off, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(tvm_off, tvm_off, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == UNTUNED_TVM and verdict.check.verified
     assert np.isclose(verdict.untuned_vs_onnxruntime.max_abs_err, 6e-4, rtol=1e-2)
     # ... but a tuned build that also changed them fails.
     broken = [np.array([0.2006, 0.2994, 0.6], "float32")]
-    verdict = verify_tuned(broken, tvm_off, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(broken, tvm_off, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == UNTUNED_TVM and not verdict.check.verified
     # Agreeing with onnxruntime is enough, whatever the untuned build does.
-    verdict = verify_tuned(ort, tvm_off, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(ort, tvm_off, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == ONNXRUNTIME and verdict.check.verified
     # Elements the untuned build got right are still held to onnxruntime.
     drifted = [np.array([0.2006, 0.2994, 0.5009], "float32")]
-    verdict = verify_tuned(drifted, tvm_off, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(drifted, tvm_off, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == UNTUNED_TVM and not verdict.check.verified
 
 
 def test_outputs_of_the_wrong_shape_or_number_are_never_excused():
     ort = [np.array([0.2, 0.3], "float32")]
     wrong_shape = [np.array([[0.2, 0.3]], "float32")]
-    verdict = verify_tuned(wrong_shape, wrong_shape, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(wrong_shape, wrong_shape, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
     two = [np.array([0.2, 0.3], "float32")] * 2
-    verdict = verify_tuned(two, two, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(two, two, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
     nan = [np.array([np.nan, 0.3], "float32")]
-    verdict = verify_tuned(nan, nan, ort, ["y"], 1e-3, 1e-4)
+    verdict = verify_tuned(nan, nan, ort, ["y"], rtol=1e-3, atol=1e-4)
     assert verdict.reference == ONNXRUNTIME and not verdict.check.verified
 
 

@@ -17,8 +17,8 @@ from harl.agents.task_allocator import AllocatorConfig
 from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
 from harl.loop import LoopSettings, tune_tasks
-from harl.search import SearchPlan
-from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler, allocator_for
+from harl.search.plan import SearchPlan
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -49,30 +49,31 @@ class FakeRunner(PyRunner):
 # scheduler -> failed batches before a stop. TVM's gradient scheduler never gives a task without
 # any valid measurement a second batch, so there the task is stopped after its first.
 SCHEDULERS = {
-    "round-robin": (lambda: ms.task_scheduler.RoundRobin(), 2),
-    "gradient": (lambda: ms.task_scheduler.GradientBased(), 1),
-    "harl": (lambda: HarlTaskScheduler(AllocatorConfig(), seed=0), 2),  # + its feedback callback
+    "round-robin": (lambda _tasks: ms.task_scheduler.RoundRobin(), 2),
+    "gradient": (lambda _tasks: ms.task_scheduler.GradientBased(), 1),
+    "harl": (lambda tasks: HarlTaskScheduler(allocator_for(tasks, AllocatorConfig(), seed=0)),
+             2),  # + its feedback callback
 }
 
 
 @pytest.mark.parametrize("scheduler", list(SCHEDULERS))
-def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
+def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler, harl_messages):
     make_scheduler, max_failed = SCHEDULERS[scheduler]
     target = parse_target(None)
     load_tensor_intrinsics(target)
     tasks = [TuningTask("good", matmul_module(32), 1.0, 2 * 32**3),
              TuningTask("bad", matmul_module(FAILING_N), 1.0, 2 * FAILING_N**3)]
-    task_scheduler = make_scheduler()
+    task_scheduler = make_scheduler(tasks)
     feedback = ([AllocatorFeedback(task_scheduler)] if scheduler == "harl" else [])
     plan = SearchPlan(task_scheduler=task_scheduler,
                       cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace(),
                       measure_callbacks=feedback)
-    said = []
     _, stats = tune_tasks(tasks, target, plan, tmp_path,
-                          LoopSettings(trials=16, trials_per_batch=2, seed=0, num_cores=1),
-                          MeasureConfig(max_failed_batches=max_failed), say=said.append,
+                          settings=LoopSettings(trials=16, trials_per_batch=2, seed=0, num_cores=1),
+                          measure=MeasureConfig(max_failed_batches=max_failed),
                           builder=FakeBuilder(), runner=FakeRunner())
+    said = harl_messages()
     good, bad = stats
     # the failures are recorded, with their error, and the task got no batch after its stop
     assert bad.stopped and bad.trials == bad.failures == 2 * max_failed
@@ -88,19 +89,20 @@ def test_failing_task_is_stopped_and_the_other_goes_on(tmp_path, scheduler):
     assert len(records) == len(history) - 1 == good.trials + bad.trials
 
 
-def test_real_candidates_past_their_run_timeout_are_failures_and_the_task_stops(tmp_path):
+def test_real_candidates_past_their_run_timeout_are_failures_and_the_task_stops(tmp_path,
+                                                                               harl_messages):
     """Real builds, TVM's LocalRunner with a timeout nothing can meet, the real loop."""
     target = parse_target(None)
     load_tensor_intrinsics(target)
     plan = SearchPlan(task_scheduler=ms.task_scheduler.RoundRobin(),
                       cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace())
-    said = []
     _, (stats,) = tune_tasks([TuningTask("matmul", matmul_module(32), 1.0, 2 * 32**3)],
                              target, plan, tmp_path,
-                             LoopSettings(trials=6, trials_per_batch=2, seed=0, num_cores=1),
-                             MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1),
-                             say=said.append)
+                             settings=LoopSettings(trials=6, trials_per_batch=2, seed=0,
+                                                   num_cores=1),
+                             measure=MeasureConfig(run_timeout_s=1e-3, max_failed_batches=1))
+    said = harl_messages()
     assert stats.stopped and stats.trials == stats.failures == 2
     assert "Timeout" in stats.last_error
     assert len(said) == 1 and "stopped task 0 (matmul)" in said[0]

@@ -71,10 +71,12 @@ def test_servers_that_spawn_their_sessions_serve_them(tmp_path, monkeypatch):
     from tvm import rpc
 
     monkeypatch.setenv("TMPDIR", str(sessions_tmpdir(tmp_path)))  # the farm inherits it
-    assert server_args("127.0.0.1", 9000, 9190, "k", no_fork=True)[-1] == "--no-fork"
-    assert "--no-fork" not in server_args("127.0.0.1", 9000, 9190, "k", no_fork=False)
+    assert server_args("127.0.0.1", 9000, tracker_port=9190, key="k",
+                       no_fork=True)[-1] == "--no-fork"
+    assert "--no-fork" not in server_args("127.0.0.1", 9000, tracker_port=9190, key="k",
+                                          no_fork=False)
     port = free_port()
-    state = up(1, "test-spawn", port=port, directory=tmp_path, no_fork=True)
+    state = up(1, key="test-spawn", port=port, directory=tmp_path, no_fork=True)
     try:
         server = psutil.Process(state.servers[0].pid)
         assert "--no-fork" in server.cmdline()

@@ -21,8 +21,8 @@ from harl.agents.task_allocator import AllocatorConfig
 from harl.config import MeasureConfig
 from harl.frontend.tasks import TuningTask
 from harl.loop import LoopSettings, default_batch_size, tune_tasks
-from harl.search import SearchPlan
-from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler, allocator_for
+from harl.search.plan import SearchPlan
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -75,17 +75,18 @@ class PendingRunner(PyRunner):
 def tune(tmp_path, sizes, max_in_flight, trials=12, builder=None):
     target = parse_target(None)
     load_tensor_intrinsics(target)
-    scheduler = HarlTaskScheduler(AllocatorConfig(), seed=0, max_in_flight=max_in_flight)
+    tasks = [TuningTask(f"matmul{n}", matmul_module(n), 1.0, 2 * n**3) for n in sizes]
+    scheduler = HarlTaskScheduler(allocator_for(tasks, AllocatorConfig(), seed=0),
+                                  max_in_flight=max_in_flight)
     plan = SearchPlan(task_scheduler=scheduler, cost_model=ms.cost_model.RandomModel(),
                       make_search_strategy=lambda _index: ms.search_strategy.ReplayTrace(),
                       measure_callbacks=[AllocatorFeedback(scheduler)])
     builder, runner = builder if builder is not None else FakeBuilder(), PendingRunner()
-    tasks = [TuningTask(f"matmul{n}", matmul_module(n), 1.0, 2 * n**3) for n in sizes]
     try:
         _, stats = tune_tasks(tasks, target, plan, tmp_path,
-                              LoopSettings(trials=trials, trials_per_batch=2, seed=0,
-                                           num_cores=1),
-                              MeasureConfig(), builder=builder, runner=runner)
+                              settings=LoopSettings(trials=trials, trials_per_batch=2, seed=0,
+                                                    num_cores=1),
+                              measure=MeasureConfig(), builder=builder, runner=runner)
     finally:
         runner.pool.shutdown(wait=True)
     return scheduler, builder, runner, stats
@@ -111,6 +112,14 @@ def test_builds_overlap_measurement_only_when_allowed(tmp_path, max_in_flight):
     else:
         assert scheduler.overlapped_batches == 0
         assert builds_during_measurement(builder, runner) == 0
+
+
+def test_the_allocator_weighs_tasks_as_tvms_task_records_do(tmp_path):
+    scheduler, *_ = tune(tmp_path, (16, 24), max_in_flight=0, trials=4)
+    assert [(t.weight, t.flop) for t in scheduler.allocator.tasks] == [
+        (float(r.task_weight), float(r.flop)) for r in scheduler.tasks_]
+    uncounted = TuningTask("copy", matmul_module(16), 2.0, 0.0)  # TVM counts at least 1 FLOP
+    assert allocator_for([uncounted], AllocatorConfig()).tasks[0].flop == 1.0
 
 
 def test_a_single_task_waits_for_its_own_measurement(tmp_path):

@@ -24,6 +24,7 @@ from harl.search.sketch_replay import SketchReplay
 from harl.search.trace_sites import schedules_of, site_kind, state_of, with_state
 from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import parse_target
+from harl.tvm_adapter import python_instance, xgb_trainer
 from harl.tvm_env import load_tensor_intrinsics
 
 
@@ -258,7 +259,7 @@ def test_a_sketch_that_samples_nothing_is_replayed_once_per_fill_and_then_ends()
 def test_harls_search_takes_the_results_of_a_cut_batch():
     strategy, spaces = make_strategy()
     strategy.pre_tuning(64, 4, spaces, None, ms.cost_model.RandomModel())
-    search = StoppableSearch(strategy, 0, lambda _: False, budget=TrialBudget(6))
+    search = StoppableSearch(strategy, 0, should_stop=lambda _: False, budget=TrialBudget(6))
     sizes = []
     while (candidates := search.generate_measure_candidates()) is not None:
         sizes.append(len(candidates))
@@ -290,7 +291,7 @@ def test_same_seed_same_candidates():
 def test_trajectories_run_once_the_cost_model_has_learned():
     """After warm-up, candidates come from policy-guided trajectories scored by XGBoost."""
     xgb = ms.cost_model.XGBModel(num_warmup_samples=4)
-    strategy, spaces = make_strategy(32, scorer=ProgramScorer(xgb._inst))
+    strategy, spaces = make_strategy(32, scorer=ProgramScorer(python_instance(xgb)))
     strategy.pre_tuning(16, 8, spaces, None, None)
     assert not strategy.scorer.informative
     candidates = strategy.generate_measure_candidates()
@@ -356,9 +357,11 @@ def test_a_model_that_ranks_well_is_followed_and_one_that_ranks_badly_is_not():
 
 def test_fresh_share_follows_trust_within_bounds():
     assert fresh_count(8, has_elites=False, trust=1.0, tuner_share=0.2, max_share=0.5) == 8
-    assert fresh_count(8, True, trust=0.0, tuner_share=0.2, max_share=0.5) == 4  # capped
-    assert fresh_count(8, True, trust=0.75, tuner_share=0.2, max_share=0.5) == 2  # 1 - trust
-    assert fresh_count(8, True, trust=1.0, tuner_share=0.25, max_share=0.5) == 2  # tuner's floor
+    assert fresh_count(8, has_elites=True, trust=0.0, tuner_share=0.2, max_share=0.5) == 4  # capped
+    assert fresh_count(8, has_elites=True, trust=0.75, tuner_share=0.2,
+                       max_share=0.5) == 2  # 1 - trust
+    assert fresh_count(8, has_elites=True, trust=1.0, tuner_share=0.25,
+                       max_share=0.5) == 2  # tuner's floor
 
 
 class SerialFavouringScorer(RankingScorer):
@@ -565,7 +568,7 @@ def test_holdout_trust_judges_the_model_on_measurements_it_did_not_train_on():
     features = [rng.uniform(size=(2, 6)).astype("float32") for _ in range(24)]
     learnable = np.array([1e-3 / (1 + f[:, 0].sum()) for f in features], dtype="float32")
     for costs, expect_high in ((learnable, True), (rng.permutation(learnable), False)):
-        xgb = ms.cost_model.XGBModel(num_warmup_samples=0, num_tuning_cores=1)._inst
+        xgb = xgb_trainer(num_warmup_samples=0, num_tuning_cores=1)
         xgb.data[shash2hex(other)] = FeatureGroup("other", features[:12], learnable[:12])
         xgb.data[shash2hex(mod)] = FeatureGroup("this", list(features), costs)
         trust = ProgramScorer(xgb).holdout_trust(mod)

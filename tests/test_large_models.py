@@ -92,7 +92,7 @@ def test_a_model_past_the_limit_is_checked_folded_verified_and_saved_through_fil
 @pytest.mark.slow
 def test_a_model_of_over_2_gb_tunes_end_to_end(tmp_path):
     # Nine MatMul + Relu layers of 4096x16384 float32 weights: 2.25 GiB, in a file beside the
-    # graph. About 80 s and 9 GB of memory (session 43).
+    # graph. About 80 s and 9 GB of memory.
     rng = np.random.default_rng(0)
     nodes, weights, x, width = [], [], "x", 4096
     for i in range(9):

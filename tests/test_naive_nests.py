@@ -87,8 +87,8 @@ def test_a_faster_nest_is_committed_and_read_back_as_no_trial(tmp_path, harl_bui
              TuningTask("slower", matmul_module(4), 1.0, 1.0)]
     stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
     database = open_database(tmp_path)
-    won = measure_naive_nests(tasks, [0, 1], target, harl_builder,
-                              FixedRunner([1e-6, 9e-6]), database, stats)
+    won = measure_naive_nests(tasks, [0, 1], target, builder=harl_builder,
+                              runner=FixedRunner([1e-6, 9e-6]), database=database, stats=stats)
     assert won == 1 and stats[0].naive_s == 1e-6 and stats[1].naive_s == 9e-6
     records = database.get_all_tuning_records()
     assert len(records) == 1 and is_naive_trace(records[0].trace)
@@ -133,23 +133,24 @@ def test_a_task_without_a_root_block_costs_only_its_own_nest(tmp_path, harl_buil
     with pytest.raises(Exception, match="get-block"):
         naive_schedule(tasks[0].mod)
     stats = [TaskStats(task.name, 1, 1, trials=2, best_s=5e-6) for task in tasks]
-    won = measure_naive_nests(tasks, [0, 1], parse_target(None), harl_builder,
-                              FixedRunner([1e-6]), open_database(tmp_path), stats)
+    won = measure_naive_nests(tasks, [0, 1], parse_target(None), builder=harl_builder,
+                              runner=FixedRunner([1e-6]), database=open_database(tmp_path),
+                              stats=stats)
     assert won == 1 and stats[1].naive_s == 1e-6
     assert not math.isfinite(stats[0].naive_s)
 
 
-def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path):
+def test_a_failing_nest_step_warns_and_keeps_the_run(tmp_path, harl_messages):
     class Broken:
         def build(self, inputs):
             raise RuntimeError("builder gone")
 
-    said = []
     stats = [TaskStats("tiny", 1, 1, trials=2, best_s=5e-6)]
     _measure_naive_nests([TuningTask("tiny", matmul_module(8), 1.0, 1.0)], parse_target(None),
-                         [0], Broken(), None, open_database(tmp_path),
-                         TrialRecorder(stats, tmp_path / "history.csv"), said.append,
-                         "after tuning")
+                         [0], builder=Broken(), runner=None, database=open_database(tmp_path),
+                         recorder=TrialRecorder(stats, tmp_path / "history.csv"),
+                         when="after tuning")
+    said = harl_messages()
     assert said and "not measured after tuning (builder gone)" in said[0]
     assert not math.isfinite(stats[0].naive_s)
 

@@ -49,48 +49,46 @@ def fill_database(work_dir, runs: dict[int, list[list[float]]]):
 
 # -- manifest and --fresh ------------------------------------------------------------------------
 
-def test_same_run_resumes_and_a_different_one_is_refused(tmp_path):
-    said = []
-    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=said.append)
+def test_same_run_resumes_and_a_different_one_is_refused(tmp_path, harl_messages):
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
     (tmp_path / RECORD_FILE).write_text("[0]\n")  # the run has measured something
-    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=said.append)
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
     one_core = parse_target('{"kind": "llvm", "num-cores": 1}')
     for other, what in ((manifest(tmp_path, b"other model"), "model"),
                         (manifest(tmp_path, target=one_core), "target"),
                         (manifest(tmp_path, strategy="harl"), "strategy")):
         with pytest.raises(HarlError, match=f"holds a run of {what} .*use --fresh"):
-            claim_work_dir(tmp_path, other, fresh=False, say=said.append)
-    assert said == []
+            claim_work_dir(tmp_path, other, fresh=False)
+    assert harl_messages() == []
 
 
 def test_a_run_with_the_prior_does_not_resume_without_it(tmp_path):
-    claim_work_dir(tmp_path, manifest(tmp_path, strategy="harl", cost_prior=True), fresh=False,
-                   say=print)
+    claim_work_dir(tmp_path, manifest(tmp_path, strategy="harl", cost_prior=True), fresh=False)
     (tmp_path / RECORD_FILE).write_text("[0]\n")
     with pytest.raises(HarlError, match="holds a run of harl with the cost-model prior, not "
                                         "--no-prior; use --fresh"):
         claim_work_dir(tmp_path, manifest(tmp_path, strategy="harl", cost_prior=False),
-                       fresh=False, say=print)
+                       fresh=False)
     manifest(tmp_path).write(tmp_path)  # written before harl recorded the prior
-    claim_work_dir(tmp_path, manifest(tmp_path, cost_prior=False), fresh=False, say=print)
+    claim_work_dir(tmp_path, manifest(tmp_path, cost_prior=False), fresh=False)
     assert RunManifest.read(tmp_path).cost_prior is False
 
 
 def test_a_run_that_measured_nothing_is_not_in_the_way(tmp_path):
-    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
-    claim_work_dir(tmp_path, manifest(tmp_path, b"fixed model"), fresh=False, say=print)
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
+    claim_work_dir(tmp_path, manifest(tmp_path, b"fixed model"), fresh=False)
     fixed = manifest(tmp_path, b"fixed model")
     assert RunManifest.read(tmp_path).model_sha256 == fixed.model_sha256
 
 
-def test_fresh_moves_the_earlier_run_aside(tmp_path):
-    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
+def test_fresh_moves_the_earlier_run_aside(tmp_path, harl_messages):
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
     for name in (RECORD_FILE, WORKLOAD_FILE, "history.csv", "metrics.jsonl"):
         (tmp_path / name).write_text("x\n")
     (tmp_path / "logs").mkdir()
     (tmp_path / "agents").mkdir()  # harl's checkpoints must not leak into the fresh run
-    said = []
-    claim_work_dir(tmp_path, manifest(tmp_path, b"other model"), fresh=True, say=said.append)
+    claim_work_dir(tmp_path, manifest(tmp_path, b"other model"), fresh=True)
+    said = harl_messages()
     (aside,) = tmp_path.glob("previous-*")
     assert said == [f"harl: --fresh: moved the earlier run to {aside}"]
     assert (aside / RECORD_FILE).read_text() == "x\n" and (aside / "logs").is_dir()
@@ -153,12 +151,13 @@ def test_a_complete_last_line_without_newline_is_kept(tmp_path):
     assert list(tmp_path.glob("*.corrupt-*")) == []
 
 
-def test_claiming_the_work_dir_repairs_every_file_with_one_warning_each(tmp_path):
-    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=print)
+def test_claiming_the_work_dir_repairs_every_file_with_one_warning_each(tmp_path,
+                                                                          harl_messages):
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
     (tmp_path / "history.csv").write_text("time_s,task_id\n1.0,0\n2.0,")
     (tmp_path / RECORD_FILE).write_text('[0, [1]]\n[0, [2')
-    said = []
-    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False, say=said.append)
+    claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
+    said = harl_messages()
     assert len(said) == 2 and all(line.startswith("harl: warning: ") for line in said)
     assert all("partial line" in line and ".corrupt-" in line for line in said)
     assert (tmp_path / "history.csv").read_text() == "time_s,task_id\n1.0,0\n"

@@ -15,7 +15,8 @@ from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RunnerInput
 
 from harl.config import RpcConfig
 from harl.farm.tracker import count_servers, key_statuses, tracker_summary
-from harl.measure.builder import PersistentBuilder, remove_build_dir
+from harl.measure.artifacts import remove_build_dir
+from harl.measure.builder import PersistentBuilder
 from harl.measure.rpc import FarmLostError, FarmRunner
 from harl.target import parse_target
 

@@ -11,11 +11,8 @@ from conftest import ROOT, matmul_module
 
 from harl.errors import HarlError
 from harl.target import is_gpu, local_cpu_count, parse_target
-from harl.tvm_env import (
-    _frames_of_no_file_skip_the_module_scan,
-    intrinsic_sets,
-    load_tensor_intrinsics,
-)
+from harl.tvm_adapter import _frames_of_no_file_skip_the_module_scan
+from harl.tvm_env import intrinsic_sets, load_tensor_intrinsics
 
 
 def test_default_is_this_cpu():

@@ -112,8 +112,8 @@ def test_replay_skips_what_is_out_of_bounds_and_keeps_every_schedule_it_made_bef
     drawn = {}
     for sketch_bounds in (None, bounds):
         sketch = SimpleNamespace(trace=trace, shortcut=None, thread_bounds=sketch_bounds)
-        replay_ = SketchReplay(context.mod, postprocs, 2, np.random.default_rng(3),
-                               MetricsLogger())
+        replay_ = SketchReplay(context.mod, postprocs, workers=2, rng=np.random.default_rng(3),
+                               metrics=MetricsLogger())
         samples = replay_.fresh(sketch, 24)
         drawn[sketch_bounds is None] = [tvm_ffi.structural_hash(s.mod) for _, s in samples]
     assert drawn[True] and drawn[True] == drawn[False]
@@ -125,19 +125,21 @@ def test_replay_skips_what_is_out_of_bounds_and_keeps_every_schedule_it_made_bef
         factors[0], factors[level] = factors[0] * factors[level], 1
         state[site] = tuple(factors)
     assert not bounds.allows(tuple(state))  # one thread
-    replay_ = SketchReplay(context.mod, postprocs, 1, np.random.default_rng(0), MetricsLogger())
+    replay_ = SketchReplay(context.mod, postprocs, workers=1, rng=np.random.default_rng(0),
+                           metrics=MetricsLogger())
     assert replay_.states(sketch, [tuple(state)]) == [None]
     assert replay_.out_of_bounds == 1
 
     # a mix: each state gets the schedule (or None) it got without the bounds
-    inside = [s for s, _ in SketchReplay(context.mod, postprocs, 1, np.random.default_rng(5),
-                                         MetricsLogger()).fresh(sketch, 8)][:2]
+    inside = [s for s, _ in SketchReplay(context.mod, postprocs, workers=1,
+                                         rng=np.random.default_rng(5),
+                                         metrics=MetricsLogger()).fresh(sketch, 8)][:2]
     mixed = [inside[0], tuple(state), None, inside[-1]]
     made = {}
     for sketch_bounds in (None, bounds):
         plan = SimpleNamespace(trace=trace, shortcut=None, thread_bounds=sketch_bounds)
-        replay_ = SketchReplay(context.mod, postprocs, 2, np.random.default_rng(7),
-                               MetricsLogger())
+        replay_ = SketchReplay(context.mod, postprocs, workers=2, rng=np.random.default_rng(7),
+                               metrics=MetricsLogger())
         made[sketch_bounds is None] = [None if sch is None else tvm_ffi.structural_hash(sch.mod)
                                        for sch in replay_.states(plan, mixed)]
     assert made[True] == made[False]
@@ -150,8 +152,8 @@ def test_samples_outside_the_bounds_are_replaced_by_more_draws(cuda_sketch):
     sketch = SimpleNamespace(trace=trace, shortcut=None, thread_bounds=bounds)
 
     def fresh(max_draws):
-        replay_ = SketchReplay(context.mod, list(context.space_generator.postprocs), 2,
-                               np.random.default_rng(3), MetricsLogger())
+        replay_ = SketchReplay(context.mod, list(context.space_generator.postprocs), workers=2,
+                               rng=np.random.default_rng(3), metrics=MetricsLogger())
         return replay_.fresh(sketch, 16, max_draws), replay_.out_of_bounds
 
     once, _ = fresh(None)

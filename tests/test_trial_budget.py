@@ -26,7 +26,7 @@ def never_stop(_task_id: int) -> bool:
 def test_tasks_share_the_budget_and_the_last_batch_is_a_prefix():
     budget = TrialBudget(7)
     inners = [FixedBatches(3), FixedBatches(3)]
-    searches = [StoppableSearch(inner, i, never_stop, budget=budget)
+    searches = [StoppableSearch(inner, i, should_stop=never_stop, budget=budget)
                 for i, inner in enumerate(inners)]
     sizes = [len(searches[i % 2].generate_measure_candidates()) for i in range(3)]
     assert sizes == [3, 3, 1] and budget.left == 0
@@ -36,5 +36,5 @@ def test_tasks_share_the_budget_and_the_last_batch_is_a_prefix():
 
 
 def test_no_budget_leaves_batches_whole():
-    search = StoppableSearch(FixedBatches(5), 0, never_stop)
+    search = StoppableSearch(FixedBatches(5), 0, should_stop=never_stop)
     assert len(search.generate_measure_candidates()) == 5

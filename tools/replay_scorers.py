@@ -32,6 +32,7 @@ from benchlib.prior import Workload, read_workloads, train  # noqa: E402
 
 from harl.agents.model_trust import rank_correlation  # noqa: E402
 from harl.search.program_scorer import Standardiser, blend, own_weight_after  # noqa: E402
+from harl.tvm_adapter import xgb_predict  # noqa: E402
 
 EQUAL_WEIGHTS = (4, 8, 16, 48, 96)
 
@@ -53,10 +54,10 @@ def replay_workload(workload: Workload, others: list[Workload], prior, after: li
                          workload.latencies[:s])
         own = train([*others, first])
         reference = [workload.features[i] for i in measured]
-        own_ref = Standardiser.of(own._predict(xs=reference))
-        prior_ref = Standardiser.of(prior._predict(xs=reference))
-        own_next = own._predict(xs=workload.features[s:end])
-        prior_next = prior._predict(xs=workload.features[s:end])
+        own_ref = Standardiser.of(xgb_predict(own, reference))
+        prior_ref = Standardiser.of(xgb_predict(prior, reference))
+        own_next = xgb_predict(own, workload.features[s:end])
+        prior_next = xgb_predict(prior, workload.features[s:end])
         target = throughput[s:end]
         rhos[s, "run's model"] = rank_correlation(own_next, target)
         rhos[s, "prior"] = rank_correlation(prior_next, target)

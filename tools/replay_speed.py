@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     traces, seeds = [with_state(sketch, None)] * args.samples, list(range(1, args.samples + 1))
     serial, serial_s = timed(lambda: schedules_of(task.mod, traces, postprocs, seeds))
     threaded, threaded_s = timed(
-        lambda: schedules_of(task.mod, traces, postprocs, seeds, args.threads))
+        lambda: schedules_of(task.mod, traces, postprocs, seeds, workers=args.threads))
     same = program_hashes(serial) == program_hashes(threaded)
     legal = [s for s in serial if s is not None]
     print(f"{task.name} ({task.flop / 1e6:.2f} MFLOP): {len(legal)} of {args.samples} samples "
@@ -100,8 +100,8 @@ def thread_bounds_speed(mod, sketch, bounds, postprocs, args) -> bool:
     times; whether they are the same schedules."""
     drawn, seconds = [], []
     for sketch_bounds in (None, bounds):
-        replay = SketchReplay(mod, postprocs, args.threads, np.random.default_rng(0),
-                              MetricsLogger())
+        replay = SketchReplay(mod, postprocs, workers=args.threads, rng=np.random.default_rng(0),
+                              metrics=MetricsLogger())
         plan = SimpleNamespace(trace=sketch, shortcut=replay.shortcut_of(sketch),
                                thread_bounds=sketch_bounds)
         samples, took = timed(lambda: replay.fresh(plan, args.samples))  # noqa: B023
@@ -111,8 +111,8 @@ def thread_bounds_speed(mod, sketch, bounds, postprocs, args) -> bool:
           f"{seconds[1]:.2f} s skipping the {replay.out_of_bounds} outside the thread bounds "
           f"({seconds[0] / seconds[1]:.2f}x); the same schedules: {drawn[0] == drawn[1]}")
     draws = HarlSearchConfig().bounded_draws
-    replay = SketchReplay(mod, postprocs, args.threads, np.random.default_rng(0),
-                          MetricsLogger())
+    replay = SketchReplay(mod, postprocs, workers=args.threads, rng=np.random.default_rng(0),
+                          metrics=MetricsLogger())
     plan = SimpleNamespace(trace=sketch, shortcut=replay.shortcut_of(sketch), thread_bounds=bounds)
     filled, took = timed(lambda: replay.fresh(plan, args.samples, args.samples * draws))
     kept = program_hashes([sch for _, sch in filled])

@@ -80,7 +80,7 @@ def throughput(n_servers: int, inputs: list, rounds: int) -> tuple[float, list[f
     """Median candidates per second over `rounds` timed passes on a farm of `n_servers`."""
     with tempfile.TemporaryDirectory(prefix="harl_farm_") as farm_dir:
         port = free_port()
-        up(n_servers, KEY, port=port, directory=Path(farm_dir))
+        up(n_servers, key=KEY, port=port, directory=Path(farm_dir))
         runner = None
         try:
             rpc = RpcConfig("127.0.0.1", port, KEY)

@@ -6,8 +6,8 @@ For every workload of each work dir's database with at least N searched records,
 sketch harl searches (TVM's design spaces, then their serial variants for small tasks): how many
 records it holds and its best latency. A record belongs to the sketch whose instructions are the
 longest prefix of its trace (harl.search.stored_elites). MetaSchedule's runs read the same way;
-their serial sketches stay empty. This is how session 29 found that harl's sketch chooser had
-left the MLP's best sketch after two poor samples (docs/benchmarks.md).
+their serial sketches stay empty. It shows, for one, whether harl's sketch chooser left a task's
+best sketch after a few poor samples.
 """
 
 from __future__ import annotations

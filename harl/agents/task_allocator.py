@@ -18,9 +18,7 @@ trials per batch. A nest that is a sliver of the model waits until the large tas
 their trials; a slow one (a depthwise conv run at a few GFLOP/s) is not left behind them.
 That first batch is the task's first visit: what it bought (a tuned kernel in place of the
 nest, often 80-90% of it) says nothing of what the next batches of any task will buy, so it
-sets neither the task's learned gain nor the optimism that unobserved tasks borrow (one such
-batch on MobileNet-V3 made every other task's second batch look worth several times what it
-bought).
+sets neither the task's learned gain nor the optimism that unobserved tasks borrow.
 """
 
 from __future__ import annotations
@@ -42,9 +40,8 @@ class AllocatorConfig:
     """weight of the forward chance (share of the end-to-end estimate / trials) in a value.
     Under random sampling a task's next trial beats its best with chance ~1/trials, so the
     chance is the expected gain before the learned one is reliable; batches of 1-2 trials make
-    the learned gain noisy, and it then chased small tasks. 0.2 -> 1.0: SqueezeNet's end-to-end
-    estimate 15% lower on average, better in 5 of 6 seeds; the 5-task CNN even, 3 of 6 (see
-    docs/benchmarks.md). MetaSchedule weighs its forward term 0.8, its backward 0.2."""
+    the learned gain noisy, and it then chased small tasks (see docs/experiments.md).
+    MetaSchedule weighs its forward term 0.8, its backward 0.2."""
     nest_drop_prior: float = 0.5
     """the part of a nest's latency a task's first batch is expected to remove, before any such
     batch of the run is seen (observed: 0.25-0.67 on average per model, medians 0.2-0.8)"""

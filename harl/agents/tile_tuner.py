@@ -172,7 +172,7 @@ class _Walk:
 class TileTuner:
     """Policy-guided trajectories over one sketch's decisions, with adaptive exploration."""
 
-    def __init__(self, sites: Sequence[Site], config: TileTunerConfig, seed: int = 0,
+    def __init__(self, sites: Sequence[Site], config: TileTunerConfig, *, seed: int = 0,
                  policy: TilePolicy | None = None,
                  options: Sequence[Sequence[int]] | None = None) -> None:
         self.sites = list(sites)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             no_fork = None if args.fork is None else not args.fork  # None: up() asks TVM
-            state = up(args.servers, args.key, args.host, args.port, no_fork=no_fork)
+            state = up(args.servers, key=args.key, host=args.host, port=args.port, no_fork=no_fork)
             cores = [s.core for s in state.servers]
             pinning = ("pinned to cores " + ", ".join(map(str, cores))
                        if None not in cores else "unpinned (more servers than cores)")

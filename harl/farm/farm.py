@@ -71,7 +71,7 @@ def _environment_without_torch(directory: Path) -> dict[str, str]:
     return env
 
 
-def _spawn(role: str, args: list[str], log: Path, port: int, core: int | None,
+def _spawn(role: str, args: list[str], *, log: Path, port: int, core: int | None,
            base_env: dict[str, str]) -> ProcessRecord:
     env = dict(base_env)
     if core is not None:
@@ -103,7 +103,7 @@ def alive_processes(state: FarmState) -> list[ProcessRecord]:
     return [record for record in state.processes if _alive(record)]
 
 
-def server_args(host: str, port: int, tracker_port: int, key: str, no_fork: bool) -> list[str]:
+def server_args(host: str, port: int, *, tracker_port: int, key: str, no_fork: bool) -> list[str]:
     """`python -m` arguments of one server; not silent, so its log shows each session."""
     args = ["tvm.exec.rpc_server", "--host", host, "--port", str(port), "--port-end",
             str(port + 1), "--tracker", f"{host}:{tracker_port}", "--key", key]
@@ -112,7 +112,7 @@ def server_args(host: str, port: int, tracker_port: int, key: str, no_fork: bool
     return args + ["--no-fork"] if no_fork else args
 
 
-def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
+def up(n_servers: int, *, key: str, host: str = "127.0.0.1", port: int = 9190,
        directory: Path | None = None, no_fork: bool | None = None) -> FarmState:
     """Start a tracker on host:port and `n_servers` servers under `key`; wait until registered.
 
@@ -134,7 +134,7 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
 
     tracker = _spawn("tracker", ["tvm.exec.rpc_tracker", "--host", host, "--port", str(port),
                                  "--port-end", str(port + 1), "--silent"],
-                     directory / "tracker.log", port, None, env)
+                     log=directory / "tracker.log", port=port, core=None, base_env=env)
     state = FarmState(host=host, port=port, key=key, processes=[tracker])
     save_state(state, directory)
     try:
@@ -146,8 +146,9 @@ def up(n_servers: int, key: str, host: str = "127.0.0.1", port: int = 9190,
         for index, core in enumerate(server_cores(n_servers)):
             server_port = free_port(host)
             state.processes.append(_spawn(
-                "server", server_args(host, server_port, port, key, no_fork),
-                directory / f"server-{index}.log", server_port, core, env))
+                "server", server_args(host, server_port, tracker_port=port, key=key,
+                                      no_fork=no_fork),
+                log=directory / f"server-{index}.log", port=server_port, core=core, base_env=env))
             save_state(state, directory)  # so that `down` below finds every one started
         _wait_until_registered(state)
     except BaseException:
@@ -178,7 +179,7 @@ def _wait_until_registered(state: FarmState) -> None:
             raise HarlError(f"farm {dead[0].role} (pid {dead[0].pid}) exited at start; "
                             f"see {dead[0].log}")
         try:
-            found = wait_for_servers(state.host, state.port, state.key, len(state.servers),
+            found = wait_for_servers(state.host, state.port, state.key, want=len(state.servers),
                                      wait_s=min(5.0, deadline - time.monotonic()), timeout_s=2.0)
             if found >= len(state.servers):
                 return

@@ -71,7 +71,7 @@ def count_servers(host: str, port: int, key: str, timeout_s: float = 5.0) -> int
     return status.servers if status else 0
 
 
-def wait_for_servers(host: str, port: int, key: str, want: int, wait_s: float,
+def wait_for_servers(host: str, port: int, key: str, *, want: int, wait_s: float,
                      timeout_s: float = 5.0) -> int:
     """Poll until `want` servers are registered under `key` or `wait_s` passes; return the count.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from harl.errors import HarlError
+from harl.frontend.large_models import shape_probe
 
 KEPT = object()
 """what a lowering returns for a node it leaves as it is"""
@@ -18,9 +19,6 @@ class ShapeUnknown(HarlError):
 def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]]:
     """Name -> (dims, ONNX element type) of every tensor shape inference can tell."""
     import onnx
-
-    from harl.frontend.large_models import shape_probe
-    from harl.frontend.onnx_model import set_input_shapes
 
     probe = shape_probe(model)
     set_input_shapes(probe, input_shapes)
@@ -37,6 +35,16 @@ def tensor_shapes(model, input_shapes) -> dict[str, tuple[list[int | None], int]
     for tensor in inferred.graph.initializer:
         shapes[tensor.name] = (list(tensor.dims), tensor.data_type)
     return shapes
+
+
+def set_input_shapes(proto, shapes: dict[str, tuple[int, ...]]) -> None:
+    """Write `shapes` (name -> dims) into the matching graph inputs of `proto`, in place."""
+    for graph_input in proto.graph.input:
+        if graph_input.name in shapes:
+            shape = graph_input.type.tensor_type.shape
+            shape.ClearField("dim")
+            for size in shapes[graph_input.name]:
+                shape.dim.add().dim_value = size
 
 
 def tensor_readers(graph) -> dict[str, list]:

@@ -46,6 +46,7 @@ from harl.frontend.graph_writer import (
     tensor_shapes,
 )
 from harl.frontend.recurrent import lower_recurrent
+from harl.tvm_adapter import onnx_convert_map
 
 _MISSING_OPS = ("RNN", "GRU", "LSTM", "ConvInteger")
 """operators harl rewrites where TVM's importer lacks them"""
@@ -64,9 +65,7 @@ def lowerable_ops(proto) -> list[str]:
     those it imports as a stack and a reduction, a Pow by a constant 3 or 4, activations whose
     libm calls TVM's fast math can take, and a BatchNormalization TVM may not fold into a
     conv."""
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
-    supported = _get_convert_map()
+    supported = onnx_convert_map()
     nodes = [node for node in proto.graph.node if node.domain in ("", "ai.onnx")]
     present = {node.op_type for node in nodes}
     opset = onnx_opset(proto)

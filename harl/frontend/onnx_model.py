@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from harl.errors import HarlError
+from harl.frontend.graph_writer import ShapeUnknown, set_input_shapes
 from harl.frontend.large_models import onnxruntime_source, serialised
+from harl.frontend.lowering import lower_ops, lowerable_ops
 
 IMPORTED_MODEL_FILE = "model_imported.onnx"
 """in the work dir: the graph harl tuned when it is not the model's own (shape computations
@@ -220,9 +222,6 @@ def with_ops_lowered(model: OnnxModel) -> OnnxModel:
     Pow by 3 or 4 into Muls (see harl.frontend.lowering); `model` itself when it rewrites none.
     A recurrent layer whose sequence length only a run-time shape computation gives is lowered
     in the graph with those computations folded."""
-    from harl.frontend.graph_writer import ShapeUnknown
-    from harl.frontend.lowering import lower_ops, lowerable_ops
-
     ops = lowerable_ops(model.proto)
     if not ops:
         return model
@@ -314,27 +313,16 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
     return replace(model, proto=folded, shapes_folded=True)
 
 
-def set_input_shapes(proto, shapes: dict[str, tuple[int, ...]]) -> None:
-    """Write `shapes` (name -> dims) into the matching graph inputs of `proto`, in place."""
-    for graph_input in proto.graph.input:
-        if graph_input.name in shapes:
-            shape = graph_input.type.tensor_type.shape
-            shape.ClearField("dim")
-            for size in shapes[graph_input.name]:
-                shape.dim.add().dim_value = size
-
-
 def for_inference(mod, fast_math: bool = True):
     """TVM's own inference rewrites, so that a batch norm costs no task of its own: one right
     after a conv is folded into the conv's weights and a bias add (as onnxruntime does), and any
-    other becomes arithmetic on its stored statistics that fuses into the op before it. Kept
-    whole, each is a task and a pass over memory (ResNet-50: 49 tasks, 41 after).
+    other becomes arithmetic on its stored statistics that fuses into the op before it (kept
+    whole, each would be a task and a pass over memory).
 
     With `fast_math` (harl's choice for CPU targets), TVM's FastMathTransform: exp, erf, tanh
     and softmax in float32 become TVM's polynomial approximations, which vectorise, where LLVM
-    calls libm for every element (erf 33x, tanh 6x, exp 5x slower on this CPU; ConvNeXt-T's
-    GELUs took it from 219 to 131 ms at 16 trials). Measured over [-100, 100], they are within
-    3.4e-7 of float64's value, relative. Plain TVM builds reuse the tuning log after the same
+    calls libm for every element; over [-100, 100] they are within 3.4e-7 of float64's value,
+    relative. Plain TVM builds reuse the tuning log after the same
     passes."""
     import tvm
     from tvm import relax

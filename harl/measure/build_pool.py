@@ -1,12 +1,11 @@
 """Long-lived build processes, one per thread, in which a straggling build can be abandoned.
 
-Within a task, a candidate that compiles far longer than the others is one whose loops LLVM
-unrolled into a huge body, and such a kernel runs slowly too: in session 28's sample of 1,900
-stored candidates (docs/benchmarks.md), every build of 5 s or more was a kernel 4-15 times slower
-than its task's best (or a failure), and the slowest took 48-152 s. So once a build has run
-`factor` times as long as the median of its batch's finished builds (and at least `grace_s`), it
-is abandoned: its process is killed and the candidate scores as a failed build. Only that
-process dies; the others go on with the batch.
+Within a task, a candidate that compiles far longer than the others is one whose loops LLVM unrolled
+into a huge body, and such a kernel runs slowly too (in a sample of stored candidates, every build
+of 5 s or more was a kernel 4-15 times slower than its task's best). So once a build has run
+`factor` times as long as the median of its batch's finished builds (and at least `grace_s`), it is
+abandoned: its process is killed and the candidate scores as a failed build. Only that process dies;
+the others go on with the batch.
 """
 
 from __future__ import annotations

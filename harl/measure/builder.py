@@ -9,7 +9,6 @@ longer than its batch's others is abandoned (see harl.measure.build_pool).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 
@@ -17,6 +16,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 
 from harl.interrupt import InterruptFlag
+from harl.measure.artifacts import remove_build_dir
 from harl.measure.build_pool import BuildJob, BuildPool, StragglerCutoff
 from harl.measure.clock import StageClock
 from harl.measure.worker_lifetime import worker_initializer
@@ -47,18 +47,11 @@ def build_in_worker(mod, target) -> str:
     return artifact_path
 
 
-def remove_build_dir(artifact_path: str) -> None:
-    """The artifact's own folder, as MetaSchedule removes a trial's (never the temp root)."""
-    folder = os.path.dirname(artifact_path)
-    if folder and os.path.realpath(folder) != os.path.realpath(tempfile.gettempdir()):
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 @derived_object
 class PersistentBuilder(PyBuilder):
     """Builds candidates in a pool of long-lived worker processes; failures become error results."""
 
-    def __init__(self, max_workers: int, timeout_s: float, max_uses: int = 256,
+    def __init__(self, max_workers: int, timeout_s: float, *, max_uses: int = 256,
                  clock: StageClock | None = None,
                  interrupt: InterruptFlag | None = None,
                  cutoff: StragglerCutoff | None = None, pooled_cutoff: bool = False,

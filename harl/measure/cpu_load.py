@@ -1,7 +1,7 @@
 """How much CPU time other processes (or the hypervisor) took while harl timed.
 
 On a machine of few cores, a timing that shares them with another job can be wildly off (a
-2-core run timed a 0.17 ms model at 24 ms beside a test suite; docs/benchmarks.md, session 41).
+2-core run timed a 0.17 ms model at 24 ms beside a test suite).
 The kernel's per-CPU counters (/proc/stat) say how busy the CPUs this process may run on were;
 what this process and its descendants used is subtracted, and the rest was someone else's,
 the time the hypervisor gave to other guests (steal) included. Linux only, and only where the

@@ -21,6 +21,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+from harl.tvm_adapter import imported_modules, pack_imports
+
 HOST_KIND = "_lib"
 FATBIN_MAGIC = 0xBA55ED50
 LIBRARY_SYMBOL = "__tvm_ffi__library_bin"
@@ -116,13 +118,10 @@ def _with_fatbins(host_module, target) -> bytes | None:
     None when there is nothing to compile: where a CUDA runtime is loaded (a GPU machine), the
     codegen compiles the kernels itself and the modules hold a cubin (NVRTC) or a fatbin (nvcc).
     """
-    import tvm_ffi
-
-    blob = bytes(tvm_ffi.get_global_func("runtime.ModulePackImportsToTensor")(host_module)
-                 .numpy().tobytes())
+    blob = pack_imports(host_module)
     library = parse_library_blob(blob)
     sources = [m.inspect_source("cuda").encode()
-               for m in host_module._collect_from_import_tree(lambda m: m.kind == "cuda")]
+               for m in imported_modules(host_module, "cuda")]
     changed = False
     for index, (kind, payload) in enumerate(library.modules):
         if kind != "cuda" or payload is None:

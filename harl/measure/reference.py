@@ -1,15 +1,10 @@
 """Candidates timed again while a reference kernel timed beside them says the machine runs slow.
 
-On this project's cloud host a kernel times up to twice as slow for a second or two at a time
-(the host's other tenants; no CPU counter shows it), so one slow timing can bury a good schedule:
-two runs measured the same 21 programs up to 21% apart (median per seed), the best of them
-1.25 ms in one and 2.47 ms in the other. A fixed parallel kernel timed right before and after a
-candidate, in the runner's worker, slows down with it; where it runs more than SLOW_FACTOR above
-the lower quartile of its recent timings, the candidate is timed again (in a probe, 20% of the
-timings were flagged, and outside them a conv2d's spread fell from 19% to 6%). Scaling a timing
-by the reference's slowdown instead was tried and made the matmul's picks worse: another
-kernel's slowdown is not the candidate's (docs/benchmarks.md, session 45). CPU only: a GPU's
-timings are TVM's.
+On a shared cloud host a kernel can time up to twice as slow for a second or two at a time (the
+host's other tenants; no CPU counter shows it), so one slow timing can bury a good schedule. A
+fixed parallel kernel timed right before and after a candidate, in the runner's worker, slows
+down with it; where it runs more than SLOW_FACTOR above the lower quartile of its recent timings,
+the candidate is timed again. CPU only: a GPU's timings are TVM's.
 """
 
 from __future__ import annotations

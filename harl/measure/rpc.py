@@ -20,13 +20,14 @@ import os
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerFuture, RunnerInput
 from tvm.s_tir.meta_schedule.runner.config import EvaluatorConfig, RPCConfig
-from tvm.s_tir.meta_schedule.runner.rpc_runner import RPCRunnerFuture, _worker_func
+from tvm.s_tir.meta_schedule.runner.rpc_runner import RPCRunnerFuture
 from tvm.support.popen_pool import PopenPoolExecutor
 
 from harl.config import RpcConfig
 from harl.errors import HarlError
 from harl.farm.tracker import wait_for_servers
 from harl.measure.arguments import remote_arguments
+from harl.tvm_adapter import rpc_worker_func
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class FarmRunner(PyRunner):
         futures = []
         for item in runner_inputs:
             future = self.pool.submit(
-                _worker_func, None, None, remote_arguments, None, None,  # else TVM's steps
+                rpc_worker_func(), None, None, remote_arguments, None, None,  # else TVM's steps
                 self.tvm_rpc_config, self.evaluator_config, 1,
                 str(item.artifact_path), str(item.device_type),
                 tuple(arg.as_json() for arg in item.args_info))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,8 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from harl.measure.clock import StageClock
 from harl.report.progress import Progress
+
+logger = logging.getLogger(__name__)
 
 # The last four describe the whole batch and are filled on its first row only (empty on the
 # others), so that summing a column gives the run's total: the batch's number, and the wall,
@@ -92,12 +94,12 @@ class TrialRecorder(PyMeasureCallback):
 
     `stats` may already count trials of an earlier run (resume); `time_offset_s` continues that
     run's clock in history.csv. A task whose last `max_failed_batches` batches failed entirely is
-    marked stopped (`should_stop`), with one line to `say`.
+    marked stopped (`should_stop`), with one warning.
     """
 
     def __init__(self, stats: list[TaskStats], history_path: Path,
-                 progress: Progress | None = None, clock: StageClock | None = None,
-                 max_failed_batches: int = 3, say: Callable[[str], None] | None = None,
+                 *, progress: Progress | None = None, clock: StageClock | None = None,
+                 max_failed_batches: int = 3,
                  time_offset_s: float = 0.0) -> None:
         super().__init__()
         self.stats = stats
@@ -105,7 +107,6 @@ class TrialRecorder(PyMeasureCallback):
         self.progress = progress
         self.clock = clock
         self.max_failed_batches = max_failed_batches
-        self.say = say
         self.start = time.monotonic() - time_offset_s
         self.trials_done = sum(s.trials for s in stats)
         self.batches = 0
@@ -190,12 +191,11 @@ class TrialRecorder(PyMeasureCallback):
         if task.stopped or task.failed_batches_in_a_row < self.max_failed_batches:
             return
         task.stopped = True
-        if self.say is not None:
-            if self.progress is not None:
-                self.progress.close()
-            self.say(f"harl: stopped task {task_id} ({task.name}): every candidate of its last "
-                     f"{task.failed_batches_in_a_row} batches failed; last error: "
-                     f"{task.last_error}; the other tasks go on")
+        if self.progress is not None:
+            self.progress.close()
+        logger.warning(f"harl: stopped task {task_id} ({task.name}): every candidate of its "
+                       f"last {task.failed_batches_in_a_row} batches failed; last error: "
+                       f"{task.last_error}; the other tasks go on")
 
     def should_stop(self, task_id: int) -> bool:
         """Whether task `task_id` keeps failing and should get no more batches."""

@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harl.errors import HarlError
+from harl.search.plan import SearchPlan
 
 if TYPE_CHECKING:
     from harl.search.cost_prior import CostPrior
 
+__all__ = ["STRATEGIES", "SearchPlan", "make_plan"]
+
 STRATEGIES = ("harl", "metaschedule")
 
 
-@dataclass
-class SearchPlan:
-    """The parts of the loop a strategy chooses; builder, runner and database stay harl's."""
-
-    task_scheduler: object  # ms.TaskScheduler: which task gets the next batch
-    cost_model: object  # ms.CostModel shared by all tasks
-    make_search_strategy: Callable[[int], object]  # task index -> ms.SearchStrategy
-    space_generator: Callable[[], object] | str = "post-order-apply"
-    on_start: Callable[[Path], None] | None = None  # work dir -> restore agents, open metrics
-    on_finish: Callable[[Path], None] | None = None  # work dir -> save agents, close metrics
-    measure_callbacks: list = field(default_factory=list)  # extra ms.MeasureCallbacks
-    metrics: object | None = None  # harl.report.metrics.MetricsLogger of the agents, if any
-    naive_nests: object | None = None  # harl.naive_nests.NaiveNestConfig; None: not measured
-    know_latencies: Callable[[list[float]], None] | None = None
-    """per task, a latency measured before the trials (the unscheduled nest; inf: none)"""
-
-
-def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False,
+def make_plan(name: str, *, seed: int, num_cores: int, tasks, overlap: bool = False,
               cost_prior: CostPrior | None = None) -> SearchPlan:
-    """The search plan registered under `name`.
+    """The search plan registered under `name` for `tasks` (harl.frontend.tasks.TuningTask).
 
     `cost_prior`: a harl.search.cost_prior.CostPrior for harl's search (the baseline takes none).
 
@@ -48,6 +31,6 @@ def make_plan(name: str, seed: int, num_cores: int, overlap: bool = False,
     if name == "harl":
         from harl.search.harl import harl_plan
 
-        return harl_plan(seed=seed, num_cores=num_cores, overlap=overlap,
+        return harl_plan(seed=seed, num_cores=num_cores, tasks=tasks, overlap=overlap,
                          cost_prior=cost_prior)
     raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

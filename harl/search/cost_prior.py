@@ -5,18 +5,22 @@ batch is random samples, and at a few trials per task those samples decide the r
 random samples span 2 to 80 ms). The prior ranks that first batch instead. It was trained by
 `tools/train_cost_prior.py` on synthetic workloads (convs, depthwise convs, dense and batched
 matmuls of shapes no benchmarked model has, 0.1-600 MFLOP), measured on a 2-core AMD EPYC (x86-64;
-TVM's target says znver4) with TVM's kernels on one thread; retrained on two-thread measurements it
-tuned no better (docs/benchmarks.md, session 16). It is used for CPU targets of the same instruction
-set only, only on the TVM it was trained on (its features are TVM's `PerStoreFeature`), and only for
-tasks of at least the FLOPs it was trained on.
+TVM's target says znver4) with TVM's kernels on one thread. It is used for CPU targets of the same
+instruction set only, only on the TVM it was trained on (its features are TVM's `PerStoreFeature`),
+and only for tasks of at least the FLOPs it was trained on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harl.tvm_adapter import xgb_trainer
+
+logger = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 MODEL_FILE = "cost_prior_llvm.ubj"
@@ -69,9 +73,9 @@ def prior_mismatch(manifest: dict, target) -> str | None:
     return None
 
 
-def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | None:
+def load_cost_prior(target, folder: Path = DATA_DIR) -> CostPrior | None:
     """The shipped prior when it applies to `target`; None otherwise, or when it is missing or
-    unreadable (then `say` gets a warning: the run goes on without it)."""
+    unreadable (then with a warning: the run goes on without it)."""
     manifest_path, model_path = folder / MANIFEST_FILE, folder / MODEL_FILE
     if not (manifest_path.is_file() and model_path.is_file()):
         return None
@@ -81,17 +85,14 @@ def load_cost_prior(target, folder: Path = DATA_DIR, say=None) -> CostPrior | No
         manifest = json.loads(manifest_path.read_text())
         if prior_mismatch(manifest, target) is not None:
             return None
-        from tvm.s_tir import meta_schedule as ms
-
-        model = ms.cost_model.XGBModel(num_warmup_samples=0)._inst
+        model = xgb_trainer(num_warmup_samples=0)
         booster = xgb.Booster()
         booster.load_model(str(model_path))
         model.booster = booster
         return CostPrior(model, float(manifest["held_out_rho"]), float(manifest["min_flop"]))
     except (OSError, ValueError, KeyError, TypeError, xgb.core.XGBoostError) as err:
-        if say is not None:
-            from harl.report.history import one_line_error
+        from harl.report.history import one_line_error
 
-            say(f"harl: warning: cost-model prior in {folder} unreadable "
-                f"({one_line_error(err)}); going on without it")
+        logger.warning(f"harl: warning: cost-model prior in {folder} unreadable "
+                       f"({one_line_error(err)}); going on without it")
         return None

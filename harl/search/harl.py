@@ -10,28 +10,27 @@ from harl.agents.task_allocator import AllocatorConfig
 from harl.agents.tile_policy import TilePolicy
 from harl.naive_nests import NaiveNestConfig
 from harl.report.metrics import METRICS_FILE, MetricsLogger
-from harl.search import SearchPlan
 from harl.search.cost_prior import CostPrior
-from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
+from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler, allocator_for
 from harl.search.harl_search import HarlSearchStrategy
+from harl.search.plan import SearchPlan
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
+from harl.tvm_adapter import python_instance, wrap_cost_model_update
 
 
 def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
-    """Count the cost model's training time and tell the scorer what it trained on (TVM looks
-    `update` up on the instance each call)."""
-    train = xgb.update
+    """Count the cost model's training time and tell the scorer what it trained on."""
 
-    def timed_update(*args, **kwargs):
+    def timed_update(update, *args, **kwargs):
         with metrics.timing("cost_model/update_seconds"):
-            train(*args, **kwargs)
+            update(*args, **kwargs)
         scorer.note_update()
 
-    xgb.update = timed_update
+    wrap_cost_model_update(xgb, timed_update)
 
 
-def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
+def harl_plan(seed: int, num_cores: int, *, tasks, warmup_samples: int = 8,
               overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
     """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
 
@@ -50,12 +49,12 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
     metrics = MetricsLogger()
     cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
                                         num_warmup_samples=warmup_samples)
-    scorer = ProgramScorer(cost_model._inst, cost_prior, metrics=metrics)
-    _time_updates(cost_model._inst, metrics, scorer)
+    scorer = ProgramScorer(python_instance(cost_model), cost_prior, metrics=metrics)
+    _time_updates(python_instance(cost_model), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
-    scheduler = HarlTaskScheduler(AllocatorConfig(), seed=seed, metrics=metrics,
-                                  max_in_flight=1 if overlap else 0)
+    allocator = allocator_for(tasks, AllocatorConfig(), seed)
+    scheduler = HarlTaskScheduler(allocator, metrics=metrics, max_in_flight=1 if overlap else 0)
 
     def on_start(work_dir: Path) -> None:
         metrics.open(work_dir / METRICS_FILE)
@@ -63,15 +62,13 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
         if (agents / checkpoint.POLICY_FILE).exists():
             policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
         if (agents / checkpoint.ALLOCATOR_FILE).exists():
-            scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
+            allocator.load_json(checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE))
 
     def on_finish(work_dir: Path) -> None:
         agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())
-        if scheduler.allocator is not None:
-            checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE,
-                                 scheduler.allocator.to_json())
+        checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE, allocator.to_json())
         metrics.close()
 
     return SearchPlan(
@@ -85,5 +82,5 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
         on_finish=on_finish,
         metrics=metrics,
         naive_nests=NaiveNestConfig(),
-        know_latencies=scheduler.know_latencies,
+        allocator=allocator,
     )

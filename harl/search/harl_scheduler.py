@@ -12,6 +12,14 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 from harl.agents.task_allocator import AllocatorConfig, TaskAllocator
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
+from harl.tvm_adapter import scheduler_tasks
+
+
+def allocator_for(tasks, config: AllocatorConfig, seed: int = 0) -> TaskAllocator:
+    """An allocator for `tasks` (harl.frontend.tasks.TuningTask) with the weights and FLOPs
+    TVM's task records give them (TVM counts at least one FLOP per task)."""
+    return TaskAllocator([float(task.weight) for task in tasks],
+                         [max(1.0, float(task.flop)) for task in tasks], config, seed)
 
 
 @derived_object
@@ -25,24 +33,19 @@ class HarlTaskScheduler(PyTaskScheduler):
     times inside `run`, and building beside it would disturb the timings.
     """
 
-    def __init__(self, config: AllocatorConfig, seed: int = 0,
-                 metrics: MetricsLogger | None = None, max_in_flight: int = 0) -> None:
+    def __init__(self, allocator: TaskAllocator, *, metrics: MetricsLogger | None = None,
+                 max_in_flight: int = 0) -> None:
         super().__init__()
-        self.config = config
-        self.seed = seed
+        self.allocator = allocator
         self.metrics = metrics if metrics is not None else MetricsLogger()
         self.max_in_flight = max_in_flight
-        self.allocator: TaskAllocator | None = None
-        self.saved_state: list[dict] | None = None  # from a checkpoint, applied on first use
-        self.known_latencies: list[float] = []  # per task, measured before tuning (inf: none)
         self.overlapped_batches = 0
         """measured batches that were chosen while another task's batch was being measured"""
         self._in_flight: list[int] = []  # tasks handed to TVM and not joined yet, oldest first
         self._chosen_while_busy: set[int] = set()
 
     def next_task_id(self) -> int:
-        records = self._outer().tasks_
-        self._ensure_allocator(records)
+        records = scheduler_tasks(self)
         busy = self._join_measured(records)
         for task_id, record in enumerate(records):
             if record.is_terminated:
@@ -82,24 +85,8 @@ class HarlTaskScheduler(PyTaskScheduler):
         self.join_running_task(task_id)  # results reach learn() via AllocatorFeedback
         self._in_flight.remove(task_id)
 
-    def _ensure_allocator(self, records) -> None:
-        if self.allocator is None:
-            self.allocator = TaskAllocator([float(r.task_weight) for r in records],
-                                           [float(r.flop) for r in records],
-                                           self.config, self.seed)
-            if self.saved_state is not None:
-                self.allocator.load_json(self.saved_state)
-            for task_id, latency_s in enumerate(self.known_latencies):
-                self.allocator.know_latency(task_id, latency_s)
-
-    def know_latencies(self, latencies_s: list[float]) -> None:
-        """Per task, a latency measured before tuning (inf where none); the allocator starts
-        from them when the loop starts."""
-        self.known_latencies = list(latencies_s)
-
     def learn(self, task_id: int, builder_results, runner_results) -> None:
         """One measured batch of `task_id`: reward the allocator."""
-        self._ensure_allocator(self._outer().tasks_)
         latencies = [trial_latency_s(b, r)[0]
                      for b, r in zip(builder_results, runner_results, strict=True)]
         best = min(latencies, default=math.inf)

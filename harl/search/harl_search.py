@@ -38,7 +38,7 @@ class HarlSearchStrategy(PySearchStrategy):
     """Each batch: the task's best state carried into sibling sketches (a few slots), then the
     chooser splits the rest across sketches and the tuner fills each sketch's share."""
 
-    def __init__(self, config: HarlSearchConfig | None = None, seed: int = 0,
+    def __init__(self, config: HarlSearchConfig | None = None, *, seed: int = 0,
                  policy: TilePolicy | None = None, scorer: ProgramScorer | None = None,
                  metrics: MetricsLogger | None = None, task_id: int = -1,
                  trust_board: TrustBoard | None = None) -> None:
@@ -58,7 +58,8 @@ class HarlSearchStrategy(PySearchStrategy):
         self.postprocs = list(context.space_generator.postprocs)
         self.context = context
         workers = max(1, int(context.num_threads))  # threads that replay traces
-        self.replay = SketchReplay(self.mod, self.postprocs, workers, self.rng, self.metrics)
+        self.replay = SketchReplay(self.mod, self.postprocs, workers=workers, rng=self.rng,
+                                   metrics=self.metrics)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database,
                    cost_model) -> None:
@@ -106,8 +107,9 @@ class HarlSearchStrategy(PySearchStrategy):
         self.pending, self.pending_scores = [], None
 
     def clone(self):
-        return HarlSearchStrategy(self.config, self.seed, self.policy, self.scorer, self.metrics,
-                                  self.task_id, self.trust_board)
+        return HarlSearchStrategy(self.config, seed=self.seed, policy=self.policy,
+                                  scorer=self.scorer, metrics=self.metrics,
+                                  task_id=self.task_id, trust_board=self.trust_board)
 
     # -- candidates -------------------------------------------------------------------------
 
@@ -184,8 +186,9 @@ class HarlSearchStrategy(PySearchStrategy):
         """
         sketch = self.sketches[sketch_id]
         learned = self.scorer.ranks(self.mod)
-        n_fresh = fresh_count(count, bool(sketch.elites), trust,
-                              sketch.tuner.fresh_share, self.config.max_fresh_share)
+        n_fresh = fresh_count(count, has_elites=bool(sketch.elites), trust=trust,
+                              tuner_share=sketch.tuner.fresh_share,
+                              max_share=self.config.max_fresh_share)
         cache: dict[State, object] = {}
         fresh: list[State] = []
         pool = self.config.refine_pool if sketch.elites else self.config.fresh_pool
@@ -335,10 +338,11 @@ class HarlSearchStrategy(PySearchStrategy):
                 or self.config.sketch.prediction_weight == 0.0):
             return np.full(len(self.sketches), np.nan)
         outlook, self.probes = sketch_outlook(
-            self.sketches, measured, self.chooser.quality(), self.replay,
-            lambda schedules: self.scorer(self.context, list(map(self._candidate, schedules))),
-            lambda sch: tvm_ffi.structural_hash(sch.mod) in self.measured,
-            self.config.outlook_samples)
+            self.sketches, measured, self.chooser.quality(), replay=self.replay,
+            score=lambda schedules: self.scorer(self.context, list(map(self._candidate,
+                                                                       schedules))),
+            is_measured=lambda sch: tvm_ffi.structural_hash(sch.mod) in self.measured,
+            samples=self.config.outlook_samples)
         return outlook
 
     def notify_runner_results(self, measure_candidates, results) -> None:

@@ -25,7 +25,7 @@ from tvm.s_tir.schedule import Instruction, InstructionKind, LoopRV, SBlockRV, T
 from tvm.tirx import ForKind, IterVar
 from tvm.tirx.analysis import undefined_vars
 
-from harl.search import schedule_calls as calls
+from harl import tvm_adapter
 
 ROOT, INLINE = -1, -2  # TVM's decisions for "at the root" and "inlined"
 PLAIN_LOOP_KINDS = (ForKind.SERIAL, ForKind.THREAD_BINDING)
@@ -133,7 +133,8 @@ class ShortcutTrace(Shortcut):
         if self.decision < 0:
             return True
         loops = sch.trace.insts[self.loops_at].outputs
-        return self.decision in candidate_loops(calls.loop_extents(sch, loops), self.data_parallel)
+        extents = tvm_adapter.loop_extents(sch, loops)
+        return self.decision in candidate_loops(extents, self.data_parallel)
 
 
 @dataclass
@@ -158,19 +159,19 @@ class TailShortcut(Shortcut):
             self.prefix.apply_to_schedule(sch, remove_postproc=True)
             instruction, output = self.block_at
             block = sch.trace.insts[instruction].outputs[output]
-            consumers = calls.get_consumers(sch, block)
-            loops = calls.get_loops(sch, consumers[0]) if len(consumers) == 1 else []
+            consumers = tvm_adapter.get_consumers(sch, block)
+            loops = tvm_adapter.get_loops(sch, consumers[0]) if len(consumers) == 1 else []
             if len(loops) != len(self.data_parallel):
                 return False
-            candidates = candidate_loops(calls.loop_extents(sch, loops), self.data_parallel)
+            candidates = candidate_loops(tvm_adapter.loop_extents(sch, loops), self.data_parallel)
             location = self.decision
             if location is None or (location >= 0 and location not in candidates):
                 choices = [ROOT, INLINE, *candidates]
                 location = choices[int(np.random.default_rng(seed).integers(len(choices)))]
             if location == INLINE:
-                calls.compute_inline(sch, block)
+                tvm_adapter.compute_inline(sch, block)
             elif location != ROOT:
-                calls.compute_at(sch, block, loops[location])
+                tvm_adapter.compute_at(sch, block, loops[location])
         except Exception:  # noqa: BLE001  (not legal here: TVM samples a legal one)
             return False
         self.location = location

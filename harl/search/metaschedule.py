@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harl.search import SearchPlan
+from harl.search.plan import SearchPlan
 
 
 def metaschedule_plan(seed: int, num_cores: int) -> SearchPlan:

@@ -13,6 +13,7 @@ from harl.interrupt import check_interrupt
 from harl.report.metrics import MetricsLogger
 from harl.resume import FAILED_RUN_SECS
 from harl.search.cost_prior import CostPrior
+from harl.tvm_adapter import xgb_predict, xgb_train, xgb_trainer
 
 
 def pooled(features: np.ndarray) -> np.ndarray:
@@ -83,7 +84,7 @@ class ProgramScorer:
     """
 
     def __init__(self, xgb=None, prior: CostPrior | None = None,
-                 equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
+                 *, equal_weight_samples: int = EQUAL_WEIGHT_SAMPLES,
                  min_task_samples: int = MIN_TASK_SAMPLES,
                  metrics: MetricsLogger | None = None) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
@@ -155,9 +156,9 @@ class ProgramScorer:
         """Scores from the models that take part (see the class docstring)."""
         if not by_prior or weight == 0.0:
             model = self.xgb if weight else self.prior.xgb
-            return np.asarray(model._predict(xs=raw), dtype=float)
+            return np.asarray(xgb_predict(model, raw), dtype=float)
         own, prior, measured = self._standardisers(mod)
-        scores = blend(weight, self.xgb._predict(xs=raw), self.prior.xgb._predict(xs=raw), own,
+        scores = blend(weight, xgb_predict(self.xgb, raw), xgb_predict(self.prior.xgb, raw), own,
                        prior)
         return measured.mean + measured.spread * scores
 
@@ -174,8 +175,8 @@ class ProgramScorer:
             ok = np.flatnonzero(group.costs < FAILED_RUN_SECS)
             measured = [group.features[i] for i in ok]
             self._reference[key] = (version, (
-                Standardiser.of(self.xgb._predict(xs=measured)),
-                Standardiser.of(self.prior.xgb._predict(xs=measured)),
+                Standardiser.of(xgb_predict(self.xgb, measured)),
+                Standardiser.of(xgb_predict(self.prior.xgb, measured)),
                 Standardiser.of(group.min_cost / group.costs[ok], flat_spread=1.0)))
         return self._reference[key][1]
 
@@ -187,7 +188,6 @@ class ProgramScorer:
         at 0. None with fewer than `min_samples` measurements. It judges the model on a task
         before any of its predictions could be checked against a measurement.
         """
-        from tvm.s_tir import meta_schedule as ms
         from tvm.s_tir.meta_schedule.utils import shash2hex
 
         group = self.xgb.data.get(shash2hex(mod)) if self.xgb is not None else None
@@ -196,17 +196,17 @@ class ProgramScorer:
         others = [g for g in self.xgb.data.values() if g is not group]
         base_xs = [x for g in others for x in g.features]
         base_ys = [g.min_cost / g.costs for g in others]
-        scratch = ms.cost_model.XGBModel(
+        scratch = xgb_trainer(
             extractor=self.extractor, config=self.xgb.config, num_warmup_samples=0,
             early_stopping_rounds=self.xgb.early_stopping_rounds, verbose_eval=10**9,
-            average_peak_n=self.xgb.average_peak_n)._inst
+            average_peak_n=self.xgb.average_peak_n)
         order = self.rng.permutation(len(group.features))
         predicted = np.zeros(len(order))
         for fold in range(folds):
             test, train = order[fold::folds], np.setdiff1d(order, order[fold::folds])
             costs = group.costs[train]
-            scratch._train(xs=base_xs + [group.features[i] for i in train],
-                           ys=np.concatenate([*base_ys, costs.min() / costs]))
-            predicted[test] = scratch._predict(xs=[group.features[i] for i in test])
+            xgb_train(scratch, base_xs + [group.features[i] for i in train],
+                      np.concatenate([*base_ys, costs.min() / costs]))
+            predicted[test] = xgb_predict(scratch, [group.features[i] for i in test])
         # A failed run's cost is 1e10 s: its throughput ranks last, as in ModelTrust.
         return max(0.0, rank_correlation(predicted, 1.0 / group.costs))

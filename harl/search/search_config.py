@@ -27,9 +27,7 @@ class HarlSearchConfig:
     more than a local search can)"""
     refine_pool: int = 32
     """the same pool once the sketch has measured elites: the pool's best then start a few
-    trajectories and supply the batch's fresh share, at most half of the sketch's candidates.
-    Paired runs (docs/benchmarks.md, session 26) tuned as well or slightly better with 32 as
-    with 64 and searched 5-9% faster"""
+    trajectories and supply the batch's fresh share, at most half of the sketch's candidates"""
     bounded_draws: int = 8
     """on a GPU sketch with thread bounds, samples drawn per fresh sample wanted, at most:
     those outside the bounds (most of a conv's, which a postproc would reject) are replaced
@@ -73,7 +71,7 @@ class HarlSearchConfig:
             raise ValueError(f"transplant_share must be within [0, 1], not {self.transplant_share}")
 
 
-def fresh_count(count: int, has_elites: bool, trust: float, tuner_share: float,
+def fresh_count(count: int, *, has_elites: bool, trust: float, tuner_share: float,
                 max_share: float) -> int:
     """How many of a sketch's `count` candidates are fresh samples.
 

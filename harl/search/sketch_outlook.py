@@ -28,7 +28,7 @@ class Probe:
     features: np.ndarray | None
 
 
-def sketch_outlook(sketches: list, measured: list[int], quality: np.ndarray, replay, score,
+def sketch_outlook(sketches: list, measured: list[int], quality: np.ndarray, *, replay, score,
                    is_measured, samples: int) -> tuple[np.ndarray, dict[int, list[Probe]]]:
     """Each sketch's outlook (NaN where it has none: not in `measured`, or nothing left to
     sample), clipped to [0, 2], and the probes scored per sketch.

@@ -28,7 +28,7 @@ class SketchReplay:
     threads. Replay time goes to the metrics as `search/replay_seconds`.
     """
 
-    def __init__(self, mod, postprocs, workers: int, rng: np.random.Generator,
+    def __init__(self, mod, postprocs, *, workers: int, rng: np.random.Generator,
                  metrics: MetricsLogger) -> None:
         self.mod, self.postprocs, self.workers = mod, list(postprocs), workers
         self.rng, self.metrics = rng, metrics
@@ -76,7 +76,7 @@ class SketchReplay:
                 plans = [plan if states[i] is None else sketch.shortcut.plan(plan)
                          for plan, i in zip(plans, todo, strict=True)]
             made = schedules_of(self.mod, plans, self.postprocs, [seeds[i] for i in todo],
-                                self.workers)
+                                workers=self.workers)
         schedules = iter(made)
         return [next(schedules) if ok else None for ok in within]
 
@@ -94,7 +94,7 @@ class SketchReplay:
                                            max(count, max_draws or count))
             plans = [trace if sketch.shortcut is None else sketch.shortcut.sample_plan(trace)
                      for _ in seeds]
-            schedules = schedules_of(self.mod, plans, self.postprocs, seeds, self.workers)
+            schedules = schedules_of(self.mod, plans, self.postprocs, seeds, workers=self.workers)
         drawn = []
         for plan, sch in zip(plans, schedules, strict=True):
             if sch is None:

@@ -19,8 +19,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Instruction, Trace
 from tvm.tirx import IntImm
 
+from harl import tvm_adapter
 from harl.agents.tile_tuner import Site, State
-from harl.search import schedule_calls as calls
 from harl.search.location_shortcut import Shortcut
 
 PARALLEL_ANN = "meta_schedule.parallel"
@@ -157,7 +157,7 @@ class FreshSchedules:
     def new(self, seed: int):
         with self._lock:
             sch = self._source.copy()
-        calls.seed(sch, max(1, seed))  # TVM takes seeds from 1 (0 raises)
+        tvm_adapter.seed(sch, max(1, seed))  # TVM takes seeds from 1 (0 raises)
         return sch
 
 
@@ -198,7 +198,7 @@ def _thread_pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="harl-replay")
 
 
-def schedules_of(mod, traces, postprocs, seeds, workers: int = 1) -> list:
+def schedules_of(mod, traces, postprocs, seeds, *, workers: int = 1) -> list:
     """`schedule_of` for each trace with its seed, on up to `workers` threads; the results are
     those of the serial loop, in order (each schedule's randomness comes from its own seed)."""
     traces, seeds = list(traces), list(seeds)

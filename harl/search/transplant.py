@@ -1,10 +1,10 @@
 """A task's best decisions carried into its sibling sketches, to compare sketches on equal tiles.
 
-Sketches of one task often draw the same decisions: TVM's multi-level tiling with its cache write
-at different loops, and harl's serial variants of each. Judged by its first random samples, a
-sketch's structure is confounded with the luck of its tiles (docs/benchmarks.md, session 44: the
-MLP's seed 0). A transplant measures the task's best state in a sibling once: a paired comparison
-of the two structures, and a good start for the sibling's own refinements if it wins.
+Sketches of one task often draw the same decisions: TVM's multi-level tiling with its cache write at
+different loops, and harl's serial variants of each. Judged by its first random samples, a sketch's
+structure is confounded with the luck of its tiles. A transplant measures the task's best state in a
+sibling once: a paired comparison of the two structures, and a good start for the sibling's own
+refinements if it wins.
 """
 
 from __future__ import annotations

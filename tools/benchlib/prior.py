@@ -25,6 +25,7 @@ from harl.agents.model_trust import rank_correlation
 from harl.frontend.tasks import task_flop
 from harl.naive_nests import is_naive_trace
 from harl.search.cost_prior import DATA_DIR, MANIFEST_FILE, MODEL_FILE
+from harl.tvm_adapter import xgb_predict, xgb_train, xgb_trainer
 
 MIN_HELD_OUT = 8
 """workloads with fewer measured records are trained on but not judged"""
@@ -95,11 +96,9 @@ def read_workloads(work_dir: Path) -> list[Workload]:
 
 def train(workloads: list[Workload]):
     """TVM's XGBModel trained on the workloads' records as MetaSchedule trains it."""
-    from tvm.s_tir import meta_schedule as ms
-
-    model = ms.cost_model.XGBModel(num_warmup_samples=0, verbose_eval=10**9)._inst
-    model._train(xs=[x for w in workloads for x in w.features],
-                 ys=np.concatenate([w.labels() for w in workloads]))
+    model = xgb_trainer(num_warmup_samples=0, verbose_eval=10**9)
+    xgb_train(model, [x for w in workloads for x in w.features],
+              np.concatenate([w.labels() for w in workloads]))
     return model
 
 
@@ -116,7 +115,7 @@ def held_out_rhos(workloads: list[Workload]) -> dict[str, float]:
         for w in workloads:
             if w.source == source and len(w.features) >= MIN_HELD_OUT:
                 rhos[f"{Path(source).parent.name}/{w.name[:12]}"] = rank_correlation(
-                    model._predict(xs=w.features), w.throughputs())
+                    xgb_predict(model, w.features), w.throughputs())
     return rhos
 
 

@@ -95,11 +95,11 @@ def time_kernel(kernel: Kernel, work_dir: Path, numpy_n: int | None, rounds: int
                           [spec.name for spec in model.inputs])
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
     check = check_outputs(tuned.run(inputs), reference.run(inputs), list(model.output_names),
-                          1e-3, 1e-4)
+                          rtol=1e-3, atol=1e-4)
     runners = {TUNED: tuned, ONNXRUNTIME: reference}
     if numpy_n is not None:
         runners[NUMPY] = NumpyMatmul(numpy_n)
-    samples = interleaved_latencies_ms(runners, inputs, rounds, repeats)
+    samples = interleaved_latencies_ms(runners, inputs, rounds=rounds, repeats_per_round=repeats)
     medians = {key: statistics.median(values) for key, values in samples.items()}
     return {"verified": check.verified, "max_abs_err": check.max_abs_err,
             "latency_ms": medians,

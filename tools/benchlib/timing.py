@@ -3,7 +3,7 @@
 Untuned TVM and onnxruntime (same thread count) run in the same rounds, so machine drift hits every
 build alike. The whole timing repeats in `TimingSettings.processes` fresh processes: where a
 process's buffers land moves a small model's build by up to 30% and a 512^3 matmul's by 10%, for
-that process's whole life (session 27), so a build's latency is the median over processes of its
+that process's whole life, so a build's latency is the median over processes of its
 per-process medians. Only medians and ratios leave this module.
 """
 
@@ -88,7 +88,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
             built = CompiledModel(compile_model(relax_mod, dir_target, db), dir_target, names)
             # as harl.tune checks: against untuned TVM where TVM itself disagrees with onnxruntime
             verdict = verify_tuned(built.run(inputs), untuned_outputs, expected,
-                                   list(model.output_names), settings.rtol, settings.atol)
+                                   list(model.output_names), rtol=settings.rtol, atol=settings.atol)
             if verdict.untuned_vs_onnxruntime is not None:
                 say(f"bench: {Path(key).name}: checked against untuned TVM, which differs from "
                     f"onnxruntime by {verdict.untuned_vs_onnxruntime.max_abs_err:.3g}")
@@ -98,7 +98,8 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
 
     say(f"bench: timing {len(runners)} builds interleaved, {settings.rounds} rounds ...")
     before = cpu_load.snapshot()
-    samples = interleaved_latencies_ms(runners, inputs, settings.rounds, settings.repeats)
+    samples = interleaved_latencies_ms(runners, inputs, rounds=settings.rounds,
+                                       repeats_per_round=settings.repeats)
     other = cpu_load.other_load_cores(before, cpu_load.snapshot())
     if cpu_load.worth_saying(other):
         say("bench: " + cpu_load.describe_other_load(other, "timing")
@@ -123,7 +124,7 @@ def picked_database(work_dir: Path, database, relax_mod, target, say=print):
     report = work_dir / "report.json"  # as the run did: with the prior if it used one
     used_prior = report.is_file() and json.loads(report.read_text()).get("cost_prior")
     scorer = scorer_from_records(prior, tasks, target,
-                                 load_cost_prior(target) if used_prior else None)
+                                 cost_prior=load_cost_prior(target) if used_prior else None)
     with pick_builder(MeasureConfig()) as builder:
         database, picks = with_predicted(database, tasks, unmeasured_tasks(prior), target, scorer,
                                          builder=builder)
