@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harl.config import TuneConfig
+from harl.config_file import recorded, refuse_changed_config
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
     CompiledModel,
@@ -120,8 +121,10 @@ def run(config: TuneConfig, out=None) -> RunReport:
         preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
     asked_prior = config.strategy == "harl" and config.cost_prior
-    claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy, asked_prior),
-                   config.fresh, say)
+    manifest = RunManifest.of(config.model, target, config.strategy, asked_prior,
+                              recorded(config))
+    refuse_changed_config(work_dir, manifest, config)
+    claim_work_dir(work_dir, manifest, config.fresh, say)
     (work_dir / "logs").mkdir(exist_ok=True)
     tvm_log = work_dir / "logs" / "tvm.log"
     quiet_tvm_loggers(tvm_log)
@@ -177,7 +180,9 @@ def run(config: TuneConfig, out=None) -> RunReport:
     if remaining > 0:
         plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores,
                          overlap=config.rpc is not None,  # the farm's futures are pending
-                         cost_prior=cost_prior)
+                         cost_prior=cost_prior, search=config.search,
+                         allocator=config.allocator, nests=config.nests,
+                         cost_model=config.cost_model)
         settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
                                 num_cores=num_cores)
         progress = Progress(config.trials, enabled=False if config.quiet else None,
@@ -202,6 +207,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
         cost_prior=cost_prior is not None,
         runtime_threads=runtime_threads,
         measure_other_cores=_rounded(stage_clock.others_while_measuring()),
+        config=recorded(config),
     )
     if config.evaluate:
         compile_database = database
@@ -242,10 +248,12 @@ def schedule_untuned(report: RunReport, tasks, target, database, plan, prior: Pr
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(prior, tasks, target, cost_prior)
+        scorer = scorer_from_records(prior, tasks, target, cost_prior, config.cost_model)
     else:
         xgb = getattr(plan.cost_model, "_inst", None)
-        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
+        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior,
+                               equal_weight_samples=config.cost_model.equal_weight_samples,
+                               min_task_samples=config.cost_model.min_task_samples)
     with pick_builder(config.measure) as builder:
         database, picks = with_predicted(
             database, tasks, untuned, target, scorer, seed=config.seed, builder=builder,
