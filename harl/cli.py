@@ -141,6 +141,7 @@ def run_cli(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.model is None and not args.print_config:
         parser.error("the following arguments are required: model")
+    config = None
     try:
         config = config_from_args(args)
         if args.print_config:
@@ -155,7 +156,8 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"harl: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        work_dir = args.work_dir or Path("logs") / args.model.stem
+        work_dir = (config.resolved_work_dir() if config is not None
+                    else args.work_dir or Path("logs") / args.model.stem)
         print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
               f"resume with: {resume_command(argv)}", file=sys.stderr)
         return 130

@@ -138,7 +138,7 @@ def _type_name(tp) -> str:
         name = (f"a list of {inner.split(' ', 1)[1]}s" if len(args) == 2 and args[1] is ...
                 else f"a list of {len(args)} {inner.split(' ', 1)[1]}s")
     elif typing.get_origin(tp) is dict:
-        name = "a table of " + _type_name(typing.get_args(tp)[1]).split(" ", 1)[1] + "s"
+        name = "a table whose every value is " + _type_name(typing.get_args(tp)[1])
     else:
         name = str(tp)
     return name

@@ -8,11 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-import tomllib
 from conftest import harl_tune, harl_tune_here
 
 from harl.config import RpcConfig, TuneConfig
-from harl.config_file import ConfigError, effective_config, field_docs, field_types, to_toml
+from harl.config_file import (
+    ConfigError,
+    effective_config,
+    field_docs,
+    field_types,
+    to_toml,
+    tomllib,
+)
 
 MODEL = Path("m.onnx")
 
@@ -113,6 +119,7 @@ def test_flags_win_over_the_file_and_the_file_over_the_defaults(tmp_path):
     ("[search.sketch]\nmin_trials = 2.5\n", ["search.sketch.min_trials", "an integer"]),
     ('model = "other.onnx"\n', ["model cannot be set in a config file"]),
     ("seed = \n", ["not valid TOML"]),
+    ("[input_shapes]\nx = [1, 2.5]\n", ["input_shapes.x[1] must be an integer, not 2.5"]),
 ])
 def test_a_bad_config_is_one_line_and_exit_2(tmp_path, tiny_matmul, text, words):
     (tmp_path / "c.toml").write_text(text)
