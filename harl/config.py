@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from harl.agents.task_allocator import AllocatorConfig
     from harl.measure.build_pool import StragglerCutoff
+    from harl.naive_nests import NaiveNestConfig
+    from harl.search.search_config import HarlSearchConfig
 
 
 def doc(text: str, **kwargs):
@@ -92,6 +95,37 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
+class CostModelConfig:
+    """The run's XGBoost cost model and how it is blended with the shipped prior (harl's
+    strategy; MetaSchedule's baseline keeps TVM's defaults)."""
+
+    warmup_samples: int = doc("measured candidates before the run's model scores them (before, "
+                              "its scores are random)", default=8)
+    equal_weight_samples: int = doc("successful measurements of a task after which the run's "
+                                    "model weighs as much as the prior", default=48)
+    min_task_samples: int = doc("successful measurements of a task before the run's model takes "
+                                "part next to the prior", default=4)
+
+
+def _search_config() -> HarlSearchConfig:
+    from harl.search.search_config import HarlSearchConfig  # imports torch: not at --help
+
+    return HarlSearchConfig()
+
+
+def _allocator_config() -> AllocatorConfig:
+    from harl.agents.task_allocator import AllocatorConfig
+
+    return AllocatorConfig()
+
+
+def _nests_config() -> NaiveNestConfig:
+    from harl.naive_nests import NaiveNestConfig
+
+    return NaiveNestConfig()
+
+
+@dataclass(frozen=True)
 class TuneConfig:
     """One `python -m harl.tune` run."""
 
@@ -123,6 +157,14 @@ class TuneConfig:
     rpc: RpcConfig | None = doc("measure on this TVM RPC farm (default: in a local process)",
                                 default=None)
     verify: VerifyConfig = field(default_factory=VerifyConfig)
+    search: HarlSearchConfig = doc("the per-task search of harl's strategy: sketch chooser, tile "
+                                   "tuner and its policy", default_factory=_search_config)
+    allocator: AllocatorConfig = doc("harl's task allocator", default_factory=_allocator_config)
+    nests: NaiveNestConfig = doc("when harl's strategy measures TVM's unscheduled loop nests",
+                                 default_factory=_nests_config)
+    cost_model: CostModelConfig = field(default_factory=CostModelConfig)
+    config_changed_ok: bool = doc("resume a run in the work dir even though its recorded config "
+                                  "differs from this one", default=False)
 
     def resolved_work_dir(self) -> Path:
         """The work dir, defaulting to logs/<model stem>/."""

@@ -44,12 +44,13 @@ class RunManifest:
     target: str  # the target's JSON
     strategy: str
     cost_prior: bool | None = None  # None: written before harl recorded it
+    config: dict | None = None  # the effective TuneConfig (harl.config_file); None: not recorded
 
     @staticmethod
     def of(model_path: Path, target, strategy: str,
-           cost_prior: bool | None = None) -> RunManifest:
+           cost_prior: bool | None = None, config: dict | None = None) -> RunManifest:
         digest = hashlib.sha256(Path(model_path).read_bytes()).hexdigest()
-        return RunManifest(str(model_path), digest, str(target), strategy, cost_prior)
+        return RunManifest(str(model_path), digest, str(target), strategy, cost_prior, config)
 
     def write(self, work_dir: Path) -> None:
         (work_dir / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")

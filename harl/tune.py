@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harl.cli import build_parser, config_from_args, resume_command
 from harl.config import TuneConfig
+from harl.config_file import recorded, refuse_changed_config, to_toml
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
     CompiledModel,
@@ -130,8 +131,10 @@ def _run(config: TuneConfig) -> RunReport:
         preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
     asked_prior = config.strategy == "harl" and config.cost_prior
-    claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy, asked_prior),
-                   fresh=config.fresh)
+    manifest = RunManifest.of(config.model, target, config.strategy, asked_prior,
+                              recorded(config))
+    refuse_changed_config(work_dir, manifest, config)
+    claim_work_dir(work_dir, manifest, fresh=config.fresh)
     (work_dir / "logs").mkdir(exist_ok=True)
     tvm_log = work_dir / "logs" / "tvm.log"
     quiet_tvm_loggers(tvm_log)
@@ -189,7 +192,9 @@ def _run(config: TuneConfig) -> RunReport:
     if remaining > 0:
         plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores, tasks=tasks,
                          overlap=config.rpc is not None,  # the farm's futures are pending
-                         cost_prior=cost_prior)
+                         cost_prior=cost_prior, search=config.search,
+                         allocator=config.allocator, nests=config.nests,
+                         cost_model=config.cost_model)
         settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
                                 num_cores=num_cores)
         progress = Progress(config.trials, enabled=False if config.quiet else None,
@@ -215,6 +220,7 @@ def _run(config: TuneConfig) -> RunReport:
         cost_prior=cost_prior is not None,
         runtime_threads=runtime_threads,
         measure_other_cores=_rounded(stage_clock.others_while_measuring()),
+        config=recorded(config),
     )
     if config.evaluate:
         compile_database = database
@@ -257,10 +263,13 @@ def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior:
     if not untuned:
         return database
     if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(prior, tasks, target, cost_prior=cost_prior)
+        scorer = scorer_from_records(prior, tasks, target, cost_prior=cost_prior,
+                                     cost_model=config.cost_model)
     else:
         xgb = python_instance(plan.cost_model)
-        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior)
+        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior,
+                               equal_weight_samples=config.cost_model.equal_weight_samples,
+                               min_task_samples=config.cost_model.min_task_samples)
     with pick_builder(config.measure) as builder:
         database, picks = with_predicted(
             database, tasks, untuned, target, scorer, seed=config.seed, builder=builder,
@@ -324,16 +333,25 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, run, and turn known failures into one line on stderr."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.model is None and not args.print_config:
+        parser.error("the following arguments are required: model")
+    config = None
     try:
-        run(config_from_args(args))
+        config = config_from_args(args)
+        if args.print_config:
+            print(to_toml(config), end="")
+            return 0
+        run(config)
     except HarlError as err:
         if args.debug:
             raise
         print(f"harl: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        work_dir = args.work_dir or TuneConfig(model=args.model).resolved_work_dir()
+        work_dir = (config.resolved_work_dir() if config is not None
+                    else args.work_dir or Path("logs") / args.model.stem)
         print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
               f"resume with: {resume_command(argv)}", file=sys.stderr)
         return 130

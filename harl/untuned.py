@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harl.config import CostModelConfig
 from harl.measure.artifacts import remove_build_dir
 from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedules_of, with_state
@@ -159,16 +160,19 @@ def with_predicted(database, tasks, wanted: list[int], target, scorer, *, seed: 
 
 
 def scorer_from_records(prior: PriorRun, tasks, target, *, cost_prior=None,
-                        warmup_samples: int = 8):
+                        cost_model: CostModelConfig | None = None):
     """A ProgramScorer whose XGBoost model learned from the records in `prior` (per task of
     `tasks`), as a resumed run's model does: the cost model of a run that measured nothing this
     time (its budget was spent), or of a work dir compiled afterwards
     (tools/compare_work_dirs.py --with-picks). `cost_prior` (a CostPrior) takes part where it
-    applies, as in the run."""
+    applies, as in the run; `cost_model` sets both as the run's did (None: the defaults)."""
     from tvm.s_tir import meta_schedule as ms
 
     from harl.search.program_scorer import ProgramScorer
 
-    xgb = ms.cost_model.XGBModel(num_warmup_samples=warmup_samples)
+    config = cost_model if cost_model is not None else CostModelConfig()
+    xgb = ms.cost_model.XGBModel(num_warmup_samples=config.warmup_samples)
     warm_start_cost_model(xgb, [_context(task, target) for task in tasks], prior)
-    return ProgramScorer(python_instance(xgb), cost_prior)
+    return ProgramScorer(python_instance(xgb), cost_prior,
+                         equal_weight_samples=config.equal_weight_samples,
+                         min_task_samples=config.min_task_samples)

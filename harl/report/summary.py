@@ -62,6 +62,8 @@ class RunReport:
     # the counters could not be read or nothing was measured
     timing_other_cores: float | None = None
     measure_other_cores: float | None = None
+    # The effective config (harl.config_file.recorded): defaults, config file and flags merged
+    config: dict = field(default_factory=dict)
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")

@@ -8,6 +8,7 @@ from harl.agents import checkpoint
 from harl.agents.model_trust import TrustBoard
 from harl.agents.task_allocator import AllocatorConfig
 from harl.agents.tile_policy import TilePolicy
+from harl.config import CostModelConfig
 from harl.naive_nests import NaiveNestConfig
 from harl.report.metrics import METRICS_FILE, MetricsLogger
 from harl.search.cost_prior import CostPrior
@@ -30,9 +31,12 @@ def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
     wrap_cost_model_update(xgb, timed_update)
 
 
-def harl_plan(seed: int, num_cores: int, *, tasks, warmup_samples: int = 8,
-              overlap: bool = False, cost_prior: CostPrior | None = None) -> SearchPlan:
-    """The three agents; an XGBoost cost model that trusts itself after `warmup_samples`.
+def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
+              cost_prior: CostPrior | None = None, search: HarlSearchConfig | None = None,
+              allocator: AllocatorConfig | None = None, nests: NaiveNestConfig | None = None,
+              cost_model: CostModelConfig | None = None) -> SearchPlan:
+    """The three agents for `tasks`, set by `search` and `allocator`; an XGBoost cost model set
+    by `cost_model`; TVM's unscheduled nests measured as `nests` says (each None: its defaults).
 
     `cost_prior` scores a task's candidates alone until the run's model has trained on the
     task, then blended with it (see ProgramScorer).
@@ -45,15 +49,19 @@ def harl_plan(seed: int, num_cores: int, *, tasks, warmup_samples: int = 8,
     from tvm.s_tir import meta_schedule as ms
 
     torch.set_num_threads(1)  # tiny networks; the cores go to trace replay and builds
-    search = HarlSearchConfig()
+    search = search if search is not None else HarlSearchConfig()
+    model_config = cost_model if cost_model is not None else CostModelConfig()
     metrics = MetricsLogger()
-    cost_model = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
-                                        num_warmup_samples=warmup_samples)
-    scorer = ProgramScorer(python_instance(cost_model), cost_prior, metrics=metrics)
-    _time_updates(python_instance(cost_model), metrics, scorer)
+    xgb = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
+                                 num_warmup_samples=model_config.warmup_samples)
+    scorer = ProgramScorer(python_instance(xgb), cost_prior,
+                           equal_weight_samples=model_config.equal_weight_samples,
+                           min_task_samples=model_config.min_task_samples, metrics=metrics)
+    _time_updates(python_instance(xgb), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
-    allocator = allocator_for(tasks, AllocatorConfig(), seed)
+    allocator = allocator_for(tasks, allocator if allocator is not None else AllocatorConfig(),
+                              seed)
     scheduler = HarlTaskScheduler(allocator, metrics=metrics, max_in_flight=1 if overlap else 0)
 
     def on_start(work_dir: Path) -> None:
@@ -73,7 +81,7 @@ def harl_plan(seed: int, num_cores: int, *, tasks, warmup_samples: int = 8,
 
     return SearchPlan(
         task_scheduler=scheduler,
-        cost_model=cost_model,
+        cost_model=xgb,
         make_search_strategy=lambda index: HarlSearchStrategy(
             search, seed=seed * 7919 + index, policy=policy, scorer=scorer, metrics=metrics,
             task_id=index, trust_board=trust_board),
@@ -81,6 +89,6 @@ def harl_plan(seed: int, num_cores: int, *, tasks, warmup_samples: int = 8,
         on_start=on_start,
         on_finish=on_finish,
         metrics=metrics,
-        naive_nests=NaiveNestConfig(),
+        naive_nests=nests if nests is not None else NaiveNestConfig(),
         allocator=allocator,
     )
