@@ -5,6 +5,7 @@ This is the one outer loop; every step lives in its own module.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from harl.tvm_env import (
     quiet_tvm_loggers,
     serve_unknown_schedule_rules,
 )
+from harl.workdir_lock import work_dir_lock
 
 
 def prepare_work_dir(path: Path) -> Path:
@@ -90,6 +92,11 @@ def save_imported(model: OnnxModel, path: Path) -> str:
 
 def run(config: TuneConfig, out=None) -> RunReport:
     """Tune one model end to end and return its report (also written to the work dir)."""
+    with contextlib.ExitStack() as held:  # the work dir's lock, once the work dir is made
+        return _run(config, out, held)
+
+
+def _run(config: TuneConfig, out, held: contextlib.ExitStack) -> RunReport:
     out = out if out is not None else sys.stdout
     say = (lambda _msg: None) if config.quiet else (lambda msg: print(msg, file=out, flush=True))
     if config.trials <= 0:
@@ -119,6 +126,7 @@ def run(config: TuneConfig, out=None) -> RunReport:
 
         preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
+    held.enter_context(work_dir_lock(work_dir))  # before --fresh moves anything
     asked_prior = config.strategy == "harl" and config.cost_prior
     claim_work_dir(work_dir, RunManifest.of(config.model, target, config.strategy, asked_prior),
                    config.fresh, say)
