@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harl.config import MeasureConfig, RpcConfig
-from harl.database import RECORD_FILE, WORKLOAD_FILE
+from harl.database import open_database
 from harl.frontend.tasks import TuningTask
 from harl.interrupt import (
     InterruptibleCostModel,
@@ -61,17 +61,6 @@ def default_batch_size(trials: int, n_tasks: int) -> int:
     A lone task has no allocator, and its search and cost model learn only between its batches:
     the conv2d tuned worse in two batches than in three (docs/benchmarks.md, session 19)."""
     return max(2, min(64, trials // max(1, 2 * n_tasks), trials // 3))
-
-
-def open_database(work_dir: Path):
-    """The work dir's MetaSchedule JSON database (created if absent)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.database.JSONDatabase(
-        path_workload=str(work_dir / WORKLOAD_FILE),
-        path_tuning_record=str(work_dir / RECORD_FILE),
-        module_equality="structural",
-    )
 
 
 def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:

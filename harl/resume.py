@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harl.agents.checkpoint import AGENTS_DIR
+from harl.agents.checkpoint import AGENTS_DIR, damaged_checkpoints, save_json
 from harl.database import RECORD_FILE, WORKLOAD_FILE
-from harl.database.repair import repair_truncated_last_line
+from harl.database.repair import backup_of, describe, repair_history
 from harl.errors import HarlError
 from harl.naive_nests import is_naive_trace
-from harl.report.history import TaskStats
+from harl.report.history import HISTORY_COLUMNS, TaskStats
 from harl.report.metrics import METRICS_FILE
 
 MANIFEST_FILE = "run.json"
@@ -50,7 +50,8 @@ class RunManifest:
         return RunManifest(str(model_path), digest, str(target), strategy, cost_prior)
 
     def write(self, work_dir: Path) -> None:
-        (work_dir / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+        """Write it whole or not at all (a crash must not leave a damaged manifest)."""
+        save_json(work_dir / MANIFEST_FILE, asdict(self), indent=2)
 
     @staticmethod
     def read(work_dir: Path) -> RunManifest | None:
@@ -107,12 +108,15 @@ def claim_work_dir(work_dir: Path, manifest: RunManifest, fresh: bool,
         if has_records and earlier is not None and (why := manifest.mismatch(earlier)):
             raise HarlError(f"work dir {work_dir} holds a run of {why}; use --fresh to start "
                             "over there, or another --work-dir")
-        for name, is_json in ((WORKLOAD_FILE, True), (RECORD_FILE, True), (HISTORY_FILE, False)):
-            backup = repair_truncated_last_line(work_dir / name, is_json)
-            if backup is not None:
-                say(f"harl: warning: {work_dir / name} ended in a partial line (a crash while "
-                    f"writing?); dropped it, damaged copy kept as {backup.name}")
-    manifest.write(work_dir)
+        repair = repair_history(work_dir / HISTORY_FILE, HISTORY_COLUMNS)
+        if repair:
+            say(describe(repair, work_dir))
+        for name, why in damaged_checkpoints(work_dir / AGENTS_DIR):
+            backup = backup_of(work_dir / AGENTS_DIR / name)
+            (work_dir / AGENTS_DIR / name).rename(backup)
+            say(f"harl: warning: the agents' checkpoint {AGENTS_DIR}/{name} is damaged ({why}): "
+                f"that agent starts afresh; damaged copy kept as {backup.name}")
+    manifest.write(work_dir)  # the database is repaired where it is loaded (load_database)
 
 
 @dataclass

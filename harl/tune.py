@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from harl.config import TuneConfig
+from harl.database.repair import load_database
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
     CompiledModel,
@@ -28,7 +29,7 @@ from harl.frontend.onnx_model import (
     set_input_shapes,
 )
 from harl.frontend.tasks import extract_tasks
-from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
+from harl.loop import LoopResume, LoopSettings, default_batch_size, tune_tasks
 from harl.measure import cpu_load
 from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
@@ -61,9 +62,10 @@ def prepare_work_dir(path: Path) -> Path:
     return path
 
 
-def resume_state(work_dir: Path, tasks) -> LoopResume:
-    """The work dir's database and what it already holds for each task."""
-    database = open_database(work_dir)
+def resume_state(work_dir: Path, tasks, say=print) -> LoopResume:
+    """The work dir's database (repaired where damaged, with a warning to `say`) and what it
+    already holds for each task."""
+    database = load_database(work_dir, say)
     prior = PriorRun.read(database, [task.mod for task in tasks])
     stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
     prior.seed_stats(stats)
@@ -171,7 +173,7 @@ def _run(config: TuneConfig, out, held: contextlib.ExitStack) -> RunReport:
             say("harl: a cost model trained on other workloads ranks the samples of tasks of "
                 f"{cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the run's model has "
                 "learned the task (--no-prior: the run's model only)")
-    resume = resume_state(work_dir, tasks)
+    resume = resume_state(work_dir, tasks, say)
     remaining = config.trials - resume.prior.trials
     if resume.prior.trials:
         say(f"harl: resuming: {resume.prior.trials} trials already in the database, "

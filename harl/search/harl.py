@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from harl.agents import checkpoint
@@ -16,6 +17,8 @@ from harl.search.harl_scheduler import AllocatorFeedback, HarlTaskScheduler
 from harl.search.harl_search import HarlSearchStrategy
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
+
+logger = logging.getLogger(__name__)
 
 
 def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
@@ -61,7 +64,13 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
         metrics.open(work_dir / METRICS_FILE)
         agents = work_dir / checkpoint.AGENTS_DIR
         if (agents / checkpoint.POLICY_FILE).exists():
-            policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
+            initial = policy.state_arrays()
+            try:
+                policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
+            except Exception as err:  # noqa: BLE001  (numpy's and torch's kinds)
+                policy.load_arrays(initial)
+                logger.warning("harl: warning: the tile policy's checkpoint does not fit it "
+                               "(%s): it starts afresh", str(err).strip().splitlines()[0])
         if (agents / checkpoint.ALLOCATOR_FILE).exists():
             scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
 

@@ -3,6 +3,7 @@ and a measure callback that hands it every batch's results (the final batches in
 
 from __future__ import annotations
 
+import logging
 import math
 
 from tvm.ir.utils import derived_object
@@ -12,6 +13,8 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 from harl.agents.task_allocator import AllocatorConfig, TaskAllocator
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
+
+logger = logging.getLogger(__name__)
 
 
 @derived_object
@@ -88,7 +91,14 @@ class HarlTaskScheduler(PyTaskScheduler):
                                            [float(r.flop) for r in records],
                                            self.config, self.seed)
             if self.saved_state is not None:
-                self.allocator.load_json(self.saved_state)
+                try:
+                    self.allocator.load_json(self.saved_state)
+                except (KeyError, TypeError, ValueError, AttributeError) as err:
+                    logger.warning("harl: warning: the task allocator's checkpoint is damaged "
+                                   "(%r): it starts afresh", err)
+                    self.allocator = TaskAllocator([float(r.task_weight) for r in records],
+                                                   [float(r.flop) for r in records],
+                                                   self.config, self.seed)
             for task_id, latency_s in enumerate(self.known_latencies):
                 self.allocator.know_latency(task_id, latency_s)
 
