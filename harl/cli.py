@@ -83,6 +83,13 @@ def resume_command(argv: list[str]) -> str:
     return shlex.join(["python", "-m", "harl.tune", *(a for a in argv if a != "--fresh")])
 
 
+def write_failure(err: OSError) -> str:
+    """One line for a file operation that failed (most often a write: a full disk): what, and
+    on which file."""
+    where = f": {err.filename}" if err.filename else ""
+    return f"{err.strerror or err}{where}"
+
+
 def run_cli(argv: list[str] | None = None) -> int:
     """Parse flags, run, and turn known failures into one line on stderr."""
     from harl.tune import run
@@ -101,4 +108,11 @@ def run_cli(argv: list[str] | None = None) -> int:
         print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
               f"resume with: {resume_command(argv)}", file=sys.stderr)
         return 130
+    except OSError as err:  # a write that failed: a full disk, a quota, a read-only mount
+        if args.debug:
+            raise
+        work_dir = args.work_dir or TuneConfig(model=args.model).resolved_work_dir()
+        print(f"harl: error: {write_failure(err)}; the trials measured before it are kept in "
+              f"{work_dir}; resume with: {resume_command(argv)}", file=sys.stderr)
+        return 2
     return 0

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from harl.config import MeasureConfig, RpcConfig
 from harl.database import open_database
+from harl.database.durable import Durably
 from harl.frontend.tasks import TuningTask
 from harl.interrupt import (
     InterruptibleCostModel,
@@ -150,6 +151,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
     budget = TrialBudget(settings.trials)
+    durable = Durably(recorder, work_dir, recorder.history_path)  # each batch on the disk
     started = False  # plan.on_start ran
     try:
         with interrupt_flag() as interrupt:
@@ -193,7 +195,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     builder=builder,
                     runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock,
                                          watch_load=rpc is None),
-                    measure_callbacks=[*_default_callbacks(interrupt), recorder,
+                    measure_callbacks=[*_default_callbacks(interrupt), durable,
                                        *plan.measure_callbacks],
                     database=database,
                     cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
@@ -209,6 +211,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None
+        if durable.failure is not None:  # a write failed (disk full): the OSError, not TVM's
+            raise durable.failure from None
         raise
     finally:
         recorder.close()
