@@ -62,7 +62,7 @@ def prepare_work_dir(path: Path) -> Path:
     return path
 
 
-def resume_state(work_dir: Path, tasks, say=print) -> LoopResume:
+def resume_state(work_dir: Path, tasks, *, say=print) -> LoopResume:
     """The work dir's database (repaired where damaged, with a warning to `say`) and what it
     already holds for each task."""
     database = load_database(work_dir, say)
@@ -173,7 +173,7 @@ def _run(config: TuneConfig, out, held: contextlib.ExitStack) -> RunReport:
             say("harl: a cost model trained on other workloads ranks the samples of tasks of "
                 f"{cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the run's model has "
                 "learned the task (--no-prior: the run's model only)")
-    resume = resume_state(work_dir, tasks, say)
+    resume = resume_state(work_dir, tasks, say=say)
     remaining = config.trials - resume.prior.trials
     if resume.prior.trials:
         say(f"harl: resuming: {resume.prior.trials} trials already in the database, "
