@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harl.agents.checkpoint import AGENTS_DIR, damaged_checkpoints, save_json
 from harl.database import RECORD_FILE, WORKLOAD_FILE
-from harl.database.repair import backup_of, describe, repair_history
+from harl.database.repair import backup_of, describe, repair_history, repair_json_lines
 from harl.errors import HarlError
 from harl.naive_nests import is_naive_trace
 from harl.report.history import HISTORY_COLUMNS, TaskStats
@@ -108,7 +108,8 @@ def claim_work_dir(work_dir: Path, manifest: RunManifest, fresh: bool,
         if has_records and earlier is not None and (why := manifest.mismatch(earlier)):
             raise HarlError(f"work dir {work_dir} holds a run of {why}; use --fresh to start "
                             "over there, or another --work-dir")
-        repair = repair_history(work_dir / HISTORY_FILE, HISTORY_COLUMNS)
+        repair = repair_history(work_dir / HISTORY_FILE, HISTORY_COLUMNS).merge(
+            repair_json_lines(work_dir / METRICS_FILE))
         if repair:
             say(describe(repair, work_dir))
         for name, why in damaged_checkpoints(work_dir / AGENTS_DIR):

@@ -192,6 +192,17 @@ def test_history_damaged_anywhere_keeps_its_good_rows(tmp_path):
     assert backup.read_bytes().endswith(b"4.0,0,a")
 
 
+def test_a_cut_metrics_line_is_dropped_so_the_next_starts_its_own(tmp_path):
+    claim_work_dir(tmp_path, _manifest(tmp_path), fresh=False, say=print)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"ste')
+    (tmp_path / "history.csv").write_text("time_s,task_id\n1.0,0\n2.0")
+    said = []
+    claim_work_dir(tmp_path, _manifest(tmp_path), fresh=False, say=said.append)
+    assert len(said) == 1  # one warning for both files
+    assert "1 line of history.csv, 1 line of metrics.jsonl" in said[0]
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
 def test_a_history_whose_header_is_damaged_is_moved_aside(tmp_path):
     claim_work_dir(tmp_path, _manifest(tmp_path), fresh=False, say=print)
     (tmp_path / "history.csv").write_bytes(b"\0\0\0\n1.0,0,a,1\n")

@@ -199,6 +199,17 @@ def describe(repair: Repair, work_dir: Path) -> str:
             f"dropped {counts}; every good line is kept; damaged copies kept as {kept}")
 
 
+def repair_json_lines(path: Path) -> Repair:
+    """Drop the lines of a JSON-lines file (metrics.jsonl) that are not JSON, a cut last one
+    among them, so that what is appended next starts a line of its own."""
+    repair = Repair()
+    lines = _lines(Path(path))
+    if lines is None:
+        return repair
+    _settle(Path(path), lines, [line for line in lines if _json(line) is not None], repair)
+    return repair
+
+
 def repair_history(path: Path, columns: tuple[str, ...]) -> Repair:
     """Drop history.csv's damaged rows: ones not of `columns`' width, or whose time is not a
     number, or not text; a last row without its newline (it may be cut anywhere). A file whose
