@@ -147,6 +147,23 @@ def test_a_corrupt_workload_line_renumbers_the_records_after_it(tmp_path):
                (tmp_path / RECORD_FILE).read_text().splitlines())
 
 
+def test_a_real_run_resumes_past_a_corrupt_line_in_the_middle_of_its_log(tiny_matmul,
+                                                                          tmp_path):
+    args = (tiny_matmul, "--trials", 2, "--trials-per-batch", 2, "--work-dir", tmp_path,
+            "--no-evaluate")
+    assert harl_tune_here(*args).returncode == 0
+    path = tmp_path / RECORD_FILE
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:1] + [b'[0, [[["GetSBlock", [], \x00\n'] + lines[1:]))
+    result = harl_tune_here(*args[:2], 4, *args[3:])
+    assert result.returncode == 0, result.stderr
+    (warning,) = [line for line in result.stdout.splitlines() if "warning" in line]
+    assert f"dropped 1 line of {RECORD_FILE}" in warning
+    assert "resuming: 2 trials already in the database, 2 to go" in result.stdout
+    assert path.read_bytes().startswith(b"".join(lines))
+    assert len(trial_record_lines(tmp_path)) == 4
+
+
 def test_a_database_tvm_still_cannot_load_is_moved_aside_whole(tmp_path, monkeypatch):
     from harl.database import repair
 
