@@ -4,7 +4,8 @@ A work dir holds one run: `run.json` (the manifest: model bytes' sha256, target,
 whether the cost-model prior was asked for) says which. Re-running on it resumes: the trials in
 its database count against the budget, seed the per-task statistics, warm the cost model, and
 MetaSchedule's search strategies start from each workload's best records. `--fresh` moves the
-earlier run aside instead.
+earlier run aside instead. Files a crash or a disk damaged are repaired on the way in (see
+harl.database.repair), and one run at a time holds the work dir (harl.workdir_lock).
 """
 
 from __future__ import annotations

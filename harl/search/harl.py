@@ -69,8 +69,9 @@ def harl_plan(seed: int, num_cores: int, warmup_samples: int = 8,
                 policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
             except Exception as err:  # noqa: BLE001  (numpy's and torch's kinds)
                 policy.load_arrays(initial)
+                why = (str(err).strip() or type(err).__name__).splitlines()[0]
                 logger.warning("harl: warning: the tile policy's checkpoint does not fit it "
-                               "(%s): it starts afresh", str(err).strip().splitlines()[0])
+                               "(%s): it starts afresh", why)
         if (agents / checkpoint.ALLOCATOR_FILE).exists():
             scheduler.saved_state = checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE)
 
