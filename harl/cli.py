@@ -129,3 +129,10 @@ def config_from_args(args: argparse.Namespace) -> TuneConfig:
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted run: the same one, without --fresh."""
     return shlex.join(["python", "-m", "harl.tune", *(a for a in argv if a != "--fresh")])
+
+
+def write_failure(err: OSError) -> str:
+    """One line for a file operation that failed (most often a write: a full disk): what, and
+    on which file."""
+    where = f": {err.filename}" if err.filename else ""
+    return f"{err.strerror or err}{where}"

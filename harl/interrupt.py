@@ -9,7 +9,7 @@ model's predictions (many times per search round), the search strategy (each bat
 Results already measured are still committed (without the slow cost model update). Workers
 ignore SIGINT (harl.measure.worker_lifetime), so a terminal's Ctrl-C does not turn the batch in
 flight into failures. A second Ctrl-C exits at once: the records on disk are complete lines, and
-a cut last line is repaired on resume.
+a cut last line is repaired on resume. SIGTERM and SIGHUP are handled as Ctrl-C.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ class InterruptFlag:
             raise KeyboardInterrupt
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""Ctrl-C, a polite kill (a service manager's, a batch system's) and a closed terminal all stop
+tuning the same way"""
 _active: InterruptFlag | None = None  # the flag of the tuning loop running now, if any
 
 
@@ -55,7 +58,8 @@ def check_interrupt() -> None:
 
 @contextmanager
 def interrupt_flag() -> Iterator[InterruptFlag]:
-    """A flag that SIGINT sets for the duration of the block (main thread only).
+    """A flag that SIGINT, SIGTERM and SIGHUP set for the duration of the block (main thread
+    only).
 
     Whatever the loop raised after Ctrl-C leaves the block as KeyboardInterrupt.
     """
@@ -64,7 +68,7 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
         yield flag
         return
 
-    def on_sigint(_signum, _frame):
+    def on_stop_signal(_signum, _frame):
         if flag.requested:
             sys.stderr.write("\nharl: interrupted twice: exiting at once; run the same command "
                              "again to resume\n")
@@ -72,8 +76,8 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
         flag.requested = True
 
     global _active
-    previous, outer = signal.signal(signal.SIGINT, on_sigint), _active
-    _active = flag
+    previous = {signum: signal.signal(signum, on_stop_signal) for signum in STOP_SIGNALS}
+    outer, _active = _active, flag
     try:
         yield flag
     except BaseException:
@@ -81,7 +85,8 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
             raise KeyboardInterrupt from None
         raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         _active = outer
     flag.check()
 

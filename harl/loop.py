@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harl.config import MeasureConfig, RpcConfig
-from harl.database import RECORD_FILE, WORKLOAD_FILE
+from harl.database import open_database
+from harl.database.durable import Durably
 from harl.frontend.tasks import TuningTask
 from harl.interrupt import (
     InterruptibleCostModel,
@@ -58,17 +59,6 @@ def default_batch_size(trials: int, n_tasks: int) -> int:
     Each batch of a task costs a fixed search per sketch it fills, so small batches pay it
     often; a lone task's search and cost model learn only between its batches."""
     return max(2, min(64, trials // max(1, 2 * n_tasks), trials // 3))
-
-
-def open_database(work_dir: Path):
-    """The work dir's MetaSchedule JSON database (created if absent)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.database.JSONDatabase(
-        path_workload=str(work_dir / WORKLOAD_FILE),
-        path_tuning_record=str(work_dir / RECORD_FILE),
-        module_equality="structural",
-    )
 
 
 def _task_logger(work_dir: Path, index: int, name: str) -> logging.Logger:
@@ -157,6 +147,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                              time_offset_s=resume.time_offset_s)
     seeds = ms.utils.fork_seed(settings.seed, n=len(tasks))
     budget = TrialBudget(settings.trials)
+    durable = Durably(recorder, work_dir, recorder.history_path)  # each batch on the disk
     started = False  # plan.on_start ran
     try:
         with interrupt_flag() as interrupt:
@@ -203,7 +194,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     builder=builder,
                     runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock,
                                          watch_load=rpc is None),
-                    measure_callbacks=[*_default_callbacks(interrupt), recorder,
+                    measure_callbacks=[*_default_callbacks(interrupt), durable,
                                        *plan.measure_callbacks],
                     database=database,
                     cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
@@ -220,6 +211,8 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     except Exception:
         if getattr(runner, "lost", None) is not None:  # the farm died: say so, keep the records
             raise runner.lost from None
+        if durable.failure is not None:  # a write failed (disk full): the OSError, not TVM's
+            raise durable.failure from None
         raise
     finally:
         recorder.close()

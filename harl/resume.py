@@ -4,7 +4,8 @@ A work dir holds one run: `run.json` (the manifest: model bytes' sha256, target,
 whether the cost-model prior was asked for) says which. Re-running on it resumes: the trials in
 its database count against the budget, seed the per-task statistics, warm the cost model, and
 MetaSchedule's search strategies start from each workload's best records. `--fresh` moves the
-earlier run aside instead.
+earlier run aside instead. Files a crash or a disk damaged are repaired on the way in (see
+harl.database.repair), and one run at a time holds the work dir (harl.workdir_lock).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harl.agents.checkpoint import AGENTS_DIR
+from harl.agents.checkpoint import AGENTS_DIR, damaged_checkpoints, save_json
 from harl.database import RECORD_FILE, WORKLOAD_FILE
-from harl.database.repair import repair_truncated_last_line
+from harl.database.repair import backup_of, describe, repair_history, repair_json_lines
 from harl.errors import HarlError
 from harl.naive_nests import is_naive_trace
-from harl.report.history import TaskStats
+from harl.report.history import HISTORY_COLUMNS, TaskStats
 from harl.report.metrics import METRICS_FILE
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ class RunManifest:
         return RunManifest(str(model_path), digest, str(target), strategy, cost_prior, config)
 
     def write(self, work_dir: Path) -> None:
-        (work_dir / MANIFEST_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+        """Write it whole or not at all (a crash must not leave a damaged manifest)."""
+        save_json(work_dir / MANIFEST_FILE, asdict(self), indent=2)
 
     @staticmethod
     def read(work_dir: Path) -> RunManifest | None:
@@ -109,13 +111,17 @@ def claim_work_dir(work_dir: Path, manifest: RunManifest, *, fresh: bool) -> Non
         if has_records and earlier is not None and (why := manifest.mismatch(earlier)):
             raise HarlError(f"work dir {work_dir} holds a run of {why}; use --fresh to start "
                             "over there, or another --work-dir")
-        for name, is_json in ((WORKLOAD_FILE, True), (RECORD_FILE, True), (HISTORY_FILE, False)):
-            backup = repair_truncated_last_line(work_dir / name, is_json)
-            if backup is not None:
-                logger.warning(f"harl: warning: {work_dir / name} ended in a partial line (a "
-                               f"crash while writing?); dropped it, damaged copy kept as "
-                               f"{backup.name}")
-    manifest.write(work_dir)
+        repair = repair_history(work_dir / HISTORY_FILE, HISTORY_COLUMNS).merge(
+            repair_json_lines(work_dir / METRICS_FILE))
+        if repair:
+            logger.warning(describe(repair, work_dir))
+        for name, why in damaged_checkpoints(work_dir / AGENTS_DIR):
+            backup = backup_of(work_dir / AGENTS_DIR / name)
+            (work_dir / AGENTS_DIR / name).rename(backup)
+            logger.warning(f"harl: warning: the agents' checkpoint {AGENTS_DIR}/{name} is "
+                           f"damaged ({why}): that agent starts afresh; damaged copy kept as "
+                           f"{backup.name}")
+    manifest.write(work_dir)  # the database is repaired where it is loaded (load_database)
 
 
 @dataclass

@@ -5,13 +5,15 @@ This is the one outer loop; every step lives in its own module.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
 
-from harl.cli import build_parser, config_from_args, resume_command
+from harl.cli import build_parser, config_from_args, resume_command, write_failure
 from harl.config import TuneConfig
 from harl.config_file import recorded, refuse_changed_config, to_toml
+from harl.database.repair import load_database
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import (
     CompiledModel,
@@ -30,7 +32,7 @@ from harl.frontend.onnx_model import (
     load_onnx,
 )
 from harl.frontend.tasks import extract_tasks
-from harl.loop import LoopResume, LoopSettings, default_batch_size, open_database, tune_tasks
+from harl.loop import LoopResume, LoopSettings, default_batch_size, tune_tasks
 from harl.measure import cpu_load
 from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
@@ -50,6 +52,7 @@ from harl.tvm_env import (
     quiet_tvm_loggers,
     serve_unknown_schedule_rules,
 )
+from harl.workdir_lock import work_dir_lock
 
 logger = logging.getLogger("harl.tune")  # not __name__: `python -m harl.tune` runs as __main__
 
@@ -67,8 +70,9 @@ def prepare_work_dir(path: Path) -> Path:
 
 
 def resume_state(work_dir: Path, tasks) -> LoopResume:
-    """The work dir's database and what it already holds for each task."""
-    database = open_database(work_dir)
+    """The work dir's database (repaired where damaged, with a warning) and what it already
+    holds for each task."""
+    database = load_database(work_dir)
     prior = PriorRun.read(database, [task.mod for task in tasks])
     stats = [TaskStats(task.name, task.weight, task.flop) for task in tasks]
     prior.seed_stats(stats)
@@ -98,11 +102,12 @@ def save_imported(model: OnnxModel, path: Path) -> str:
 def run(config: TuneConfig, out=None) -> RunReport:
     """Tune one model end to end and return its report (also written to the work dir); harl's
     messages go to `out` (stdout), none with `config.quiet`."""
-    with messages_to(out if out is not None else sys.stdout, quiet=config.quiet):
-        return _run(config)
+    with (messages_to(out if out is not None else sys.stdout, quiet=config.quiet),
+          contextlib.ExitStack() as held):  # the work dir's lock, once the work dir is made
+        return _run(config, held)
 
 
-def _run(config: TuneConfig) -> RunReport:
+def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     if config.trials <= 0:
         raise HarlError(f"--trials must be a positive number, got {config.trials}")
     clock = PhaseClock()
@@ -130,6 +135,7 @@ def _run(config: TuneConfig) -> RunReport:
 
         preflight(config.rpc)
     work_dir = prepare_work_dir(config.resolved_work_dir())
+    held.enter_context(work_dir_lock(work_dir))  # before --fresh moves anything
     asked_prior = config.strategy == "harl" and config.cost_prior
     manifest = RunManifest.of(config.model, target, config.strategy, asked_prior,
                               recorded(config))
@@ -330,6 +336,11 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     clock.lap("timing")
 
 
+def _named_work_dir(args) -> Path:
+    """The work dir the flags name, for a message when the config could not be made."""
+    return args.work_dir or Path("logs") / args.model.stem
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse flags, run, and turn known failures into one line on stderr."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -350,11 +361,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harl: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        work_dir = (config.resolved_work_dir() if config is not None
-                    else args.work_dir or Path("logs") / args.model.stem)
+        work_dir = config.resolved_work_dir() if config else _named_work_dir(args)
         print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
               f"resume with: {resume_command(argv)}", file=sys.stderr)
         return 130
+    except OSError as err:  # a write that failed: a full disk, a quota, a read-only mount
+        if args.debug:
+            raise
+        work_dir = config.resolved_work_dir() if config else _named_work_dir(args)
+        print(f"harl: error: {write_failure(err)}; the trials measured before it are kept in "
+              f"{work_dir}; resume with: {resume_command(argv)}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -16,7 +16,10 @@ import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import te
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
+from harl.database import open_database
 from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
@@ -118,6 +121,23 @@ def trial_record_lines(work_dir: Path) -> list[str]:
 
 def _is_naive(insts) -> bool:
     return len(insts) == 1 and insts[0][0] == "GetSBlock" and insts[0][2][0] == "root"
+
+
+def fill_database(work_dir, runs: dict[int, list[list[float]]]):
+    """A real JSON database: for each matmul size n, one record per run_secs list."""
+    target = parse_target(None)
+    database = open_database(work_dir)
+    for n, trials in runs.items():
+        mod = matmul_module(n)
+        context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                                 num_threads=1).clone()
+        workload = database.commit_workload(mod)
+        space = context.generate_design_space()[0]
+        args = ArgInfo.from_prim_func(mod["main"])
+        for secs in trials:
+            database.commit_tuning_record(ms.database.TuningRecord(
+                space.trace, workload, [float(s) for s in secs], target, args))
+    return target
 
 
 def save_model(path: Path, nodes, inputs, outputs, initializers=(), opset: int = 17) -> Path:

@@ -1,22 +1,19 @@
 """Resuming a work dir: the manifest, --fresh, earlier trials per task, cost model warm start,
 and files a crash cut short."""
 
-import json
 import math
 
 import pytest
-from conftest import matmul_module
+from conftest import fill_database, matmul_module
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from harl.database import RECORD_FILE, WORKLOAD_FILE
-from harl.database.repair import repair_truncated_last_line
+from harl.database.repair import load_database
 from harl.errors import HarlError
 from harl.loop import open_database
 from harl.report.history import TaskStats
 from harl.resume import PriorRun, RunManifest, claim_work_dir, warm_start_cost_model
 from harl.target import parse_target
-from harl.tvm_env import load_tensor_intrinsics
 
 FAILED = [1e10]  # what MetaSchedule records for a failed trial
 
@@ -27,24 +24,6 @@ def manifest(tmp_path, model_bytes=b"model", strategy="metaschedule", target=Non
     model.write_bytes(model_bytes)
     return RunManifest.of(model, target or parse_target('{"kind": "llvm", "num-cores": 2}'),
                           strategy, cost_prior)
-
-
-def fill_database(work_dir, runs: dict[int, list[list[float]]]):
-    """A real JSON database: for each matmul size n, one record per run_secs list."""
-    target = parse_target(None)
-    load_tensor_intrinsics(target)
-    database = open_database(work_dir)
-    for n, trials in runs.items():
-        mod = matmul_module(n)
-        context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
-                                 num_threads=1).clone()
-        workload = database.commit_workload(mod)
-        space = context.generate_design_space()[0]
-        args = ArgInfo.from_prim_func(mod["main"])
-        for secs in trials:
-            database.commit_tuning_record(ms.database.TuningRecord(
-                space.trace, workload, [float(s) for s in secs], target, args))
-    return target
 
 
 # -- manifest and --fresh ------------------------------------------------------------------------
@@ -129,36 +108,36 @@ def test_cost_model_learns_the_earlier_trials(tmp_path):
 
 # -- files a crash cut short ---------------------------------------------------------------------
 
-def test_tvm_cannot_load_a_truncated_record_file_and_repair_fixes_it(tmp_path):
+def test_tvm_cannot_load_a_truncated_record_file_and_the_repair_fixes_it(tmp_path,
+                                                                          harl_messages):
     fill_database(tmp_path, {16: [[1e-3], [2e-3], [3e-3]]})
     path = tmp_path / RECORD_FILE
     intact = path.read_bytes()
     path.write_bytes(intact[:-40])  # a crash in the middle of the last line
     with pytest.raises(RuntimeError, match="Unexpected (end of string|EOF)"):
         open_database(tmp_path)
-    backup = repair_truncated_last_line(path, is_json=True)
-    assert backup.name.startswith(RECORD_FILE + ".corrupt-")
+    assert len(load_database(tmp_path).get_all_tuning_records()) == 2
+    said = harl_messages()
+    (backup,) = tmp_path.glob(RECORD_FILE + ".corrupt-*")
     assert backup.read_bytes() == intact[:-40]
     assert path.read_bytes() == b"".join(intact.splitlines(keepends=True)[:2])
-    assert len(open_database(tmp_path).get_all_tuning_records()) == 2
+    assert len(said) == 1 and f"dropped 1 line of {RECORD_FILE}" in said[0]
 
 
-def test_a_complete_last_line_without_newline_is_kept(tmp_path):
-    path = tmp_path / WORKLOAD_FILE
-    path.write_bytes(b'["a", 1]\n["b", 2]')
-    assert repair_truncated_last_line(path, is_json=True) is None
-    assert path.read_bytes() == b'["a", 1]\n["b", 2]\n'
+def test_a_complete_last_line_without_newline_is_kept(tmp_path, harl_messages):
+    fill_database(tmp_path, {16: [[1e-3], [2e-3]]})
+    path = tmp_path / RECORD_FILE
+    path.write_bytes(path.read_bytes()[:-1])  # the crash came between the line and its newline
+    assert len(load_database(tmp_path).get_all_tuning_records()) == 2
+    assert path.read_bytes().endswith(b"\n") and harl_messages() == []
     assert list(tmp_path.glob("*.corrupt-*")) == []
 
 
-def test_claiming_the_work_dir_repairs_every_file_with_one_warning_each(tmp_path,
-                                                                          harl_messages):
+def test_claiming_the_work_dir_repairs_history_with_one_warning(tmp_path, harl_messages):
     claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
     (tmp_path / "history.csv").write_text("time_s,task_id\n1.0,0\n2.0,")
-    (tmp_path / RECORD_FILE).write_text('[0, [1]]\n[0, [2')
     claim_work_dir(tmp_path, manifest(tmp_path), fresh=False)
     said = harl_messages()
-    assert len(said) == 2 and all(line.startswith("harl: warning: ") for line in said)
-    assert all("partial line" in line and ".corrupt-" in line for line in said)
+    assert len(said) == 1 and said[0].startswith("harl: warning: ")
+    assert "dropped 1 line of history.csv" in said[0] and ".corrupt-" in said[0]
     assert (tmp_path / "history.csv").read_text() == "time_s,task_id\n1.0,0\n"
-    assert json.loads((tmp_path / RECORD_FILE).read_text()) == [0, [1]]

@@ -14,17 +14,19 @@ POLICY_FILE = "tile_policy.npz"
 ALLOCATOR_FILE = "task_allocator.json"
 
 
-def _replace_atomically(path: Path, write) -> None:
+def write_atomically(path: Path, write) -> None:
+    """`write(file)` into a file beside `path` that then replaces it, once on disk: a crash
+    leaves the old file or the new one, never a part."""
     tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
+    with open(tmp, "wb") as file:
+        write(file)
+        file.flush()
+        os.fsync(file.fileno())
     os.replace(tmp, path)
 
 
 def save_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as file:
-            np.savez(file, **arrays)
-    _replace_atomically(path, write)
+    write_atomically(path, lambda file: np.savez(file, **arrays))
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:
@@ -32,9 +34,25 @@ def load_arrays(path: Path) -> dict[str, np.ndarray]:
         return {key: data[key] for key in data.files}
 
 
-def save_json(path: Path, value) -> None:
-    _replace_atomically(path, lambda tmp: tmp.write_text(json.dumps(value, indent=1)))
+def save_json(path: Path, value, indent: int = 1) -> None:
+    write_atomically(path, lambda file: file.write(json.dumps(value, indent=indent).encode()))
 
 
 def load_json(path: Path):
     return json.loads(Path(path).read_text())
+
+
+def damaged_checkpoints(agents_dir: Path) -> list[tuple[str, str]]:
+    """(file name, what is wrong) for each checkpoint in `agents_dir` that does not load."""
+    loaders = {POLICY_FILE: load_arrays, ALLOCATOR_FILE: load_json}
+    damaged = []
+    for name, load in loaders.items():
+        path = Path(agents_dir) / name
+        if not path.exists():
+            continue
+        try:
+            load(path)
+        except Exception as err:  # noqa: BLE001  (numpy and zipfile raise many kinds)
+            damaged.append((name, str(err).strip().splitlines()[0] if str(err).strip()
+                            else type(err).__name__))
+    return damaged

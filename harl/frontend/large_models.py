@@ -44,7 +44,7 @@ def shape_probe(proto):
     probe = onnx.ModelProto()
     probe.CopyFrom(proto)
     if serialised(proto) is None:
-        for tensor in _tensors(probe.graph):
+        for tensor in graph_tensors(probe.graph):
             if tensor.ByteSize() > WEIGHT_BYTES_KEPT:
                 for field in _DATA_FIELDS:
                     tensor.ClearField(field)
@@ -61,7 +61,7 @@ def save_beside_weights(proto, path: Path) -> None:
     data.unlink(missing_ok=True)  # ONNX appends to a weights' file that exists
     # Marked here, not by onnx.save's own conversion, which refuses a file of that name in
     # the current directory, wherever the model goes.
-    for tensor in _tensors(proto.graph):
+    for tensor in graph_tensors(proto.graph):
         if len(tensor.raw_data) >= EXTERNAL_MIN_BYTES:
             set_external_data(tensor, data.name)
     onnx.save(proto, str(path))
@@ -78,7 +78,7 @@ def onnxruntime_source(proto, scratch: Path) -> bytes | str:
     return str(path)
 
 
-def _tensors(graph):
+def graph_tensors(graph):
     """The initializers and the attributes' tensors of `graph` and its subgraphs."""
     yield from graph.initializer
     for node in graph.node:
@@ -87,4 +87,4 @@ def _tensors(graph):
                 yield attr.t
             yield from attr.tensors
             for subgraph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _tensors(subgraph)
+                yield from graph_tensors(subgraph)

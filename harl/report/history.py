@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import math
@@ -202,7 +203,8 @@ class TrialRecorder(PyMeasureCallback):
         return self.stats[task_id].stopped
 
     def close(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # a write that failed (a full disk) stops the run
+            self._file.close()
         if self.progress is not None:
             self.progress.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from harl.agents import checkpoint
@@ -18,6 +19,8 @@ from harl.search.plan import SearchPlan
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
 from harl.tvm_adapter import python_instance, wrap_cost_model_update
+
+logger = logging.getLogger(__name__)
 
 
 def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
@@ -68,9 +71,22 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
         metrics.open(work_dir / METRICS_FILE)
         agents = work_dir / checkpoint.AGENTS_DIR
         if (agents / checkpoint.POLICY_FILE).exists():
-            policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
+            initial = policy.state_arrays()
+            try:
+                policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
+            except Exception as err:  # noqa: BLE001  (numpy's and torch's kinds)
+                policy.load_arrays(initial)
+                why = (str(err).strip() or type(err).__name__).splitlines()[0]
+                logger.warning("harl: warning: the tile policy's checkpoint does not fit it "
+                               "(%s): it starts afresh", why)
         if (agents / checkpoint.ALLOCATOR_FILE).exists():
-            allocator.load_json(checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE))
+            initial_tasks = allocator.to_json()
+            try:
+                allocator.load_json(checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE))
+            except (KeyError, TypeError, ValueError, AttributeError) as err:
+                allocator.load_json(initial_tasks)
+                logger.warning("harl: warning: the task allocator's checkpoint is damaged "
+                               "(%r): it starts afresh", err)
 
     def on_finish(work_dir: Path) -> None:
         agents = work_dir / checkpoint.AGENTS_DIR

@@ -3,6 +3,7 @@ and a measure callback that hands it every batch's results (the final batches in
 
 from __future__ import annotations
 
+import logging
 import math
 
 from tvm.ir.utils import derived_object
@@ -20,6 +21,8 @@ def allocator_for(tasks, config: AllocatorConfig, seed: int = 0) -> TaskAllocato
     TVM's task records give them (TVM counts at least one FLOP per task)."""
     return TaskAllocator([float(task.weight) for task in tasks],
                          [max(1.0, float(task.flop)) for task in tasks], config, seed)
+
+logger = logging.getLogger(__name__)
 
 
 @derived_object
