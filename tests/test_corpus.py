@@ -69,17 +69,15 @@ def test_light_models_are_labelled_as_constant_weights():
         assert ("onnx/backend/test/data/light" in m["source"]) == constant, m["name"]
 
 
-def test_list_and_unknown_names():
-    listed = subprocess.run([sys.executable, SCRIPT, "--list", "--split", "held-out"],
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert listed.returncode == 0, listed.stderr
+def test_list_and_unknown_names(capsys):
+    assert make_corpus.main(["--list", "--split", "held-out"]) == 0
     held_out = {m["name"] for m in make_corpus.manifest() if m["split"] == make_corpus.HELD_OUT}
-    rows = {line.split()[0] for line in listed.stdout.splitlines()[1:]}
+    rows = {line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows == held_out
-    wrong = subprocess.run([sys.executable, SCRIPT, "--only", "no_such_model"],
-                           capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert wrong.returncode == 2
-    assert "no corpus model no_such_model" in wrong.stderr
+    with pytest.raises(SystemExit) as exit_:
+        make_corpus.main(["--only", "no_such_model"])
+    assert exit_.value.code == 2
+    assert "no corpus model no_such_model" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +98,8 @@ def test_script_builds_and_checks_every_model(small_corpus):
 
 
 @pytest.mark.parametrize("name", ["torch_decoder", "lstm_lm"])
-def test_harl_extracts_tasks_from_built_models(small_corpus, name):
+def test_harl_imports_built_models_and_tvm_matches_onnxruntime(small_corpus, name):
     out, _ = small_corpus
+    spec = next(s for s in make_corpus.specs() if s.name == name)
     assert make_corpus.count_tasks(out / f"{name}.onnx") > 0
+    assert make_corpus.compare_untuned(spec, out / f"{name}.onnx", small=True) < 1e-3

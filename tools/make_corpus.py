@@ -104,10 +104,15 @@ def hidden(seq: int, width: int) -> tuple[Input, ...]:
     return (Input("x", (1, seq, width)),)
 
 
-def cnn(name: str, family: str, source: str, build: Callable[[], nn.Module], size: int,
-        small_size: int = 64) -> Spec:
-    """A CNN: the same network in the small build, at a lower resolution."""
-    return Spec(name, family, source, image(size), lambda small: build(), image(small_size))
+def cnn(name: str, family: str, source: str, build: Callable[[bool], nn.Module], size: int,
+        small_size: int = 32) -> Spec:
+    """A CNN; `build(small)` narrows it for the small build, which also lowers its
+    resolution."""
+    return Spec(name, family, source, image(size), build, image(small_size))
+
+
+def resnet(block, depths):
+    return lambda small: cm.ResNet(block, depths, **(dict(width=8, classes=10) if small else {}))
 
 
 def light(name: str, family: str, architecture: str, input_name: str = "data_0") -> Spec:
@@ -176,7 +181,6 @@ TORCHVISION = "written here after torchvision's"
 
 def specs() -> list[Spec]:
     """Every corpus model, in the order of the manifest."""
-    rn = cm.ResNet
     return [
         # transformer encoders
         bert_spec("bert_tiny", "written here after BERT (Devlin et al. 2019; Hugging Face's "
@@ -212,37 +216,40 @@ def specs() -> list[Spec]:
         vit("vit_cifar", image_size=32, patch=4, width=256, heads=4, layers=6, classes=10),
         # ResNets
         cnn("resnet18", "resnet", f"{TORCHVISION} resnet18 (He et al. 2016): basic blocks",
-            lambda: rn(cm.BasicBlock, (2, 2, 2, 2)), 224),
+            resnet(cm.BasicBlock, (2, 2, 2, 2)), 224),
         cnn("resnet18_112", "resnet", f"{TORCHVISION} resnet18 at 112x112",
-            lambda: rn(cm.BasicBlock, (2, 2, 2, 2)), 112),
+            resnet(cm.BasicBlock, (2, 2, 2, 2)), 112),
         cnn("resnet34", "resnet", f"{TORCHVISION} resnet34: basic blocks",
-            lambda: rn(cm.BasicBlock, (3, 4, 6, 3)), 224),
+            resnet(cm.BasicBlock, (3, 4, 6, 3)), 224),
         cnn("resnet50_128", "resnet", f"{TORCHVISION} resnet50 (v1.5 bottlenecks) at 128x128",
-            lambda: rn(cm.Bottleneck, (3, 4, 6, 3)), 128),
+            resnet(cm.Bottleneck, (3, 4, 6, 3)), 128),
         light("resnet50", "resnet", "ResNet-50 (Caffe2 model zoo)", "gpu_0/data_0"),
         # mobile CNNs
         cnn("mobilenet_v2", "mobile-cnn", f"{TORCHVISION} mobilenet_v2 (Sandler et al. 2018)",
-            lambda: cm.MobileNetV2(), 224),
+            lambda small: cm.MobileNetV2(0.25 if small else 1.0, 10 if small else 1000), 224),
         cnn("mobilenet_v2_050_160", "mobile-cnn",
             f"{TORCHVISION} mobilenet_v2, width multiplier 0.5, at 160x160",
-            lambda: cm.MobileNetV2(0.5), 160),
+            lambda small: cm.MobileNetV2(0.25 if small else 0.5, 10 if small else 1000), 160),
         light("shufflenet", "mobile-cnn", "ShuffleNet (Caffe2 model zoo)", "gpu_0/data_0"),
         # EfficientNets
         cnn("efficientnet_b0", "efficientnet",
             f"{TORCHVISION} efficientnet_b0 (Tan and Le 2019): MBConv, squeeze-excitation, swish",
-            lambda: cm.EfficientNet(), 224),
+            lambda small: cm.EfficientNet(0.25 if small else 1.0, classes=10 if small else 1000),
+            224),
         cnn("efficientnet_mini", "efficientnet",
             f"{TORCHVISION} efficientnet_b0 stages, width 0.5 and depth 0.5, at 128x128",
-            lambda: cm.EfficientNet(0.5, 0.5), 128),
+            lambda small: cm.EfficientNet(0.25 if small else 0.5, 0.5,
+                                          classes=10 if small else 1000), 128),
         # Inception
         cnn("googlenet", "inception", f"{TORCHVISION} googlenet (Szegedy et al. 2015), batch "
-            "norms, no auxiliary heads", lambda: cm.GoogLeNet(), 224),
+            "norms, no auxiliary heads",
+            lambda small: cm.GoogLeNet(10, 8) if small else cm.GoogLeNet(), 224),
         light("inception_v1", "inception", "GoogLeNet / Inception-v1 (Caffe model zoo)"),
         light("inception_v2", "inception", "Inception-v2 with batch norm (Caffe2 model zoo)"),
         # SqueezeNet
         cnn("squeezenet1_1", "squeezenet",
             f"{TORCHVISION} squeezenet1_1 (Iandola et al. 2016): fire modules",
-            lambda: cm.SqueezeNet11(), 224),
+            lambda small: cm.SqueezeNet11(10 if small else 1000), 224),
         light("squeezenet", "squeezenet", "SqueezeNet 1.0 (Caffe model zoo)"),
         # plain conv stacks
         light("bvlc_alexnet", "plain-cnn", "AlexNet (BVLC Caffe model zoo)"),
@@ -317,14 +324,6 @@ def manifest_text() -> str:
 # --- building and checking ------------------------------------------------------------------
 
 
-@dataclass
-class Built:
-    name: str
-    path: Path
-    ort_ms: float
-    tasks: int | None = None
-
-
 def export(spec: Spec, out: Path, small: bool) -> Path:
     """Write `spec`'s ONNX file into `out`; seeded, so a model's bytes do not depend on which
     others are built."""
@@ -384,6 +383,35 @@ def count_tasks(path: Path) -> int:
     return count(path, None)
 
 
+def compare_untuned(spec: Spec, path: Path, small: bool) -> float:
+    """harl's import and an untuned TVM build (default schedules) on the CPU against onnxruntime,
+    on the same random inputs, within harl's output tolerances. Returns the largest absolute
+    difference."""
+    from harl.config import VerifyConfig
+    from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+    from harl.frontend.onnx_model import import_model, load_onnx
+    from harl.target import parse_target
+    from harl.tvm_env import load_tensor_intrinsics
+
+    target = parse_target(None)
+    load_tensor_intrinsics(target)
+    model = load_onnx(path)
+    imported, mod = import_model(model, fast_math=True)
+    compiled = CompiledModel(compile_model(mod, target), target,
+                             [i.name for i in imported.inputs])
+    rng = np.random.default_rng(SEED)
+    feed = {i.name: i.draw(rng) for i in spec.inputs_for(small)}
+    got = compiled.run(feed)
+    want = OnnxRuntimeModel(model, threads=2).run(feed)
+    tolerance = VerifyConfig()
+    result = check_outputs(got, want, [str(i) for i in range(len(want))], rtol=tolerance.rtol,
+                           atol=tolerance.atol)
+    if not result.verified:
+        raise AssertionError(f"{spec.name}: TVM's output {result.worst_output} differs from "
+                             f"onnxruntime's by up to {result.max_abs_err:.3g}")
+    return result.max_abs_err
+
+
 def chosen(*, split: str, only: list[str] | None) -> list[Spec]:
     """The models of `split` ("all": both), only those named in `only` where given."""
     models = specs()
@@ -414,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="reduced widths, depths and resolutions (a quick check)")
     parser.add_argument("--tasks", action="store_true",
                         help="also import each model into harl and count its tuning tasks")
+    parser.add_argument("--compare", action="store_true",
+                        help="also build each model with random weights untuned with TVM "
+                        "through harl's import and compare its outputs with onnxruntime's")
     parser.add_argument("--write-manifest", action="store_true",
                         help=f"rewrite {MANIFEST.relative_to(ROOT)} and exit")
     args = parser.parse_args(argv)
@@ -435,18 +466,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = [["name", "family", "split", "onnxruntime best ms"] + (["tasks"] if args.tasks else [])]
+    header = ["name", "family", "split", "onnxruntime best ms"]
+    header += (["tasks"] if args.tasks else []) + (["TVM vs onnxruntime"] if args.compare else [])
+    rows = [header]
     for spec in models:
         path = export(spec, args.out, args.small)
         ort_ms = (check(spec, path, small=True, repeats=1, min_seconds=0.0) if args.small
                   else check(spec, path, small=False))
-        built = Built(spec.name, path, ort_ms)
+        row = [spec.name, spec.family, records[spec.name]["split"], f"{ort_ms:.2f}"]
         if args.tasks:
-            built.tasks = count_tasks(path)
-        rows.append([spec.name, spec.family, records[spec.name]["split"], f"{built.ort_ms:.2f}"]
-                    + ([str(built.tasks)] if args.tasks else []))
-        print(f"wrote {path}  (onnxruntime {built.ort_ms:.2f} ms"
-              + (f", {built.tasks} tasks)" if args.tasks else ")"), flush=True)
+            row.append(str(count_tasks(path)))
+        if args.compare:  # constant weights make every output alike: nothing to compare
+            row.append("-" if spec.light else f"{compare_untuned(spec, path, args.small):.2g}")
+        rows.append(row)
+        details = ", ".join(f"{h} {v}" for h, v in zip(header[3:], row[3:], strict=True))
+        print(f"wrote {path}  ({details})", flush=True)
     print(table(rows))
     return 0
 

@@ -233,15 +233,16 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    """torchvision's ResNet: 7x7 stem and max pool, four stages (64..512 wide, stride 2 from the
-    second on), global average pool, 1000-way linear head."""
+    """torchvision's ResNet: 7x7 stem and max pool, four stages (`width` wide, doubling, stride 2
+    from the second on; torchvision's `width` is 64), global average pool, linear head."""
 
     def __init__(self, block: type[BasicBlock | Bottleneck], depths: tuple[int, ...],
-                 classes: int = 1000):
+                 classes: int = 1000, width: int = 64):
         super().__init__()
-        self.stem = nn.Sequential(conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
-        stages, cin = [], 64
-        for i, (width, depth) in enumerate(zip((64, 128, 256, 512), depths, strict=True)):
+        self.stem = nn.Sequential(conv_bn(3, width, 7, 2), nn.MaxPool2d(3, 2, 1))
+        stages, cin = [], width
+        widths = (width, 2 * width, 4 * width, 8 * width)
+        for i, (width, depth) in enumerate(zip(widths, depths, strict=True)):
             for j in range(depth):
                 stages.append(block(cin, width, 2 if i > 0 and j == 0 else 1))
                 cin = width * block.expansion
@@ -372,24 +373,30 @@ class Inception(nn.Module):
 
 
 class GoogLeNet(nn.Module):
-    """torchvision's GoogLeNet (batch-normed, without the auxiliary heads)."""
+    """torchvision's GoogLeNet (batch-normed, without the auxiliary heads); every width divided
+    by `narrow` (1: torchvision's)."""
 
-    def __init__(self, classes: int = 1000):
+    def __init__(self, classes: int = 1000, narrow: int = 1):
         super().__init__()
+
+        def inception(*widths):
+            return Inception(*(w // narrow for w in widths))
+
         def pool(kernel=3):
             return nn.MaxPool2d(kernel, 2, ceil_mode=True)
 
         self.body = nn.Sequential(
-            conv_bn(3, 64, 7, 2), pool(), conv_bn(64, 64, 1), conv_bn(64, 192, 3), pool(),
-            Inception(192, 64, 96, 128, 16, 32, 32), Inception(256, 128, 128, 192, 32, 96, 64),
+            conv_bn(3, 64 // narrow, 7, 2), pool(), conv_bn(64 // narrow, 64 // narrow, 1),
+            conv_bn(64 // narrow, 192 // narrow, 3), pool(),
+            inception(192, 64, 96, 128, 16, 32, 32), inception(256, 128, 128, 192, 32, 96, 64),
             pool(),
-            Inception(480, 192, 96, 208, 16, 48, 64), Inception(512, 160, 112, 224, 24, 64, 64),
-            Inception(512, 128, 128, 256, 24, 64, 64), Inception(512, 112, 144, 288, 32, 64, 64),
-            Inception(528, 256, 160, 320, 32, 128, 128),
+            inception(480, 192, 96, 208, 16, 48, 64), inception(512, 160, 112, 224, 24, 64, 64),
+            inception(512, 128, 128, 256, 24, 64, 64), inception(512, 112, 144, 288, 32, 64, 64),
+            inception(528, 256, 160, 320, 32, 128, 128),
             pool(2),
-            Inception(832, 256, 160, 320, 32, 128, 128),
-            Inception(832, 384, 192, 384, 48, 128, 128))
-        self.head = nn.Linear(1024, classes)
+            inception(832, 256, 160, 320, 32, 128, 128),
+            inception(832, 384, 192, 384, 48, 128, 128))
+        self.head = nn.Linear(1024 // narrow, classes)
 
     def forward(self, x):
         return self.head(self.body(x).mean((2, 3)))
