@@ -24,6 +24,7 @@ import argparse
 from pathlib import Path
 
 import torch
+from benchlib.export import OPSET, export_torch
 from torch import nn
 
 
@@ -225,14 +226,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
     for name, (module, inputs, names, dynamic) in models().items():
-        module.eval()
-        for layer in module.modules():  # batch norms with statistics of their own
-            if isinstance(layer, nn.BatchNorm1d | nn.BatchNorm2d):
-                layer.running_mean.uniform_(-0.5, 0.5)
-                layer.running_var.uniform_(0.5, 2.0)
-        torch.onnx.export(module, inputs, str(args.out / f"{name}.onnx"), input_names=names,
-                          opset_version=None if name in DEFAULT_OPSET else 17, dynamo=False,
-                          dynamic_axes=dynamic)
+        export_torch(module, inputs, args.out / f"{name}.onnx", input_names=names,
+                     opset=None if name in DEFAULT_OPSET else OPSET, dynamic_axes=dynamic)
         print(f"wrote {args.out / name}.onnx")
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
