@@ -1,0 +1,20 @@
+"""Every graph rule harl has, by name."""
+
+from __future__ import annotations
+
+from harl.graph.rule import Rule
+from harl.graph.rules.matmul import FoldScaleMatmul, MergeParallelMatmul
+
+ALL_RULES: tuple[Rule, ...] = (
+    MergeParallelMatmul(),
+    FoldScaleMatmul(),
+)
+"""one instance of each rule, in a fixed order (a search's action space)"""
+
+
+def rule_by_name(name: str) -> Rule:
+    """The rule called `name`; a KeyError lists the known names."""
+    for rule in ALL_RULES:
+        if rule.name == name:
+            return rule
+    raise KeyError(f"no graph rule {name!r}; known: {', '.join(r.name for r in ALL_RULES)}")
