@@ -112,6 +112,18 @@ def const_value(expr) -> np.ndarray | None:
     return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
 
 
+def var_and_const(call) -> tuple[object, np.ndarray | None]:
+    """(the variable, the constant's value) of a binary call on one of each, in either order;
+    (None, None) otherwise."""
+    args = getattr(call, "args", ())
+    if len(args) == 2:
+        for a, b in (args, args[::-1]):
+            value = const_value(b)
+            if is_var(a) and value is not None:
+                return a, value
+    return None, None
+
+
 def is_var(expr) -> bool:
     """Whether `expr` is a Relax variable."""
     from tvm import relax

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from harl.graph.rule import Rule
+from harl.graph.rules.conv import FoldScaleConv, MergeParallelConv
 from harl.graph.rules.matmul import FoldScaleMatmul, MergeParallelMatmul
 
 ALL_RULES: tuple[Rule, ...] = (
     MergeParallelMatmul(),
     FoldScaleMatmul(),
+    MergeParallelConv(),
+    FoldScaleConv(),
 )
 """one instance of each rule, in a fixed order (a search's action space)"""
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from harl.graph.rule import Graph, Match, Rule, const, const_value, is_var, rewrite_vars, shape_of
+from harl.graph.rule import (
+    Graph,
+    Match,
+    Rule,
+    const,
+    const_value,
+    is_var,
+    rewrite_vars,
+    shape_of,
+    var_and_const,
+)
 from harl.graph.rules import merge
 
 
@@ -83,34 +93,34 @@ class FoldScaleMatmul(Rule):
 
     def _after(self, graph: Graph, binding):
         """A scale on a matmul's output (maybe through its bias add)."""
-        scaled, scale = _scaled(binding.value)
-        if scaled is None:
+        tensor, scale = scaled(binding.value)
+        if tensor is None:
             return None
-        inner = graph.var2val.get(scaled)
+        inner = graph.var2val.get(tensor)
         bias_binding = None
-        if _op(inner) == "relax.add" and graph.uses.get(scaled.name) == 1:
-            args = inner.args
-            if const_value(args[1]) is not None and is_var(args[0]):
-                bias_binding = graph.by_name.get(scaled.name)
-                scaled = args[0]
-                inner = graph.var2val.get(scaled)
-        if _op(inner) != "relax.matmul" or graph.uses.get(scaled.name) != 1:
+        if _op(inner) == "relax.add" and graph.uses.get(tensor.name) == 1:
+            var, bias = var_and_const(inner)
+            if var is not None:
+                bias_binding = graph.by_name.get(tensor.name)
+                tensor = var
+                inner = graph.var2val.get(tensor)
+        if _op(inner) != "relax.matmul" or graph.uses.get(tensor.name) != 1:
             return None
         w = const_value(inner.args[1])
         if w is None or w.ndim != 2 or not _per_column(scale, w.shape[1]):
             return None
         if bias_binding is not None and not _per_column(
-                const_value(bias_binding.value.args[1]), w.shape[1]):
+                var_and_const(bias_binding.value)[1], w.shape[1]):
             return None
-        return binding, graph.by_name[scaled.name], scale, bias_binding, "after"
+        return binding, graph.by_name[tensor.name], scale, bias_binding, "after"
 
     def _before(self, graph: Graph, binding):
         """A scalar scale on a matmul's input."""
         x, w = binding.value.args
         if const_value(w) is None or const_value(w).ndim != 2 or not is_var(x):
             return None
-        scaled, scale = _scaled(graph.var2val.get(x))
-        if scaled is None or scale.size != 1 or graph.uses.get(x.name) != 1:
+        tensor, scale = scaled(graph.var2val.get(x))
+        if tensor is None or scale.size != 1 or graph.uses.get(x.name) != 1:
             return None
         return binding, binding, scale, None, "before"
 
@@ -128,11 +138,11 @@ class FoldScaleMatmul(Rule):
         w = const_value(w_expr)
         dtype = str(w.dtype)
         if where == "before":
-            x = _scaled(graph.var2val[x])[0]
+            x = scaled(graph.var2val[x])[0]
         scale = scale.reshape(-1)
         new = relax.op.matmul(x, const(w * scale.reshape(1, -1), dtype))
         if bias_binding is not None:
-            bias = const_value(bias_binding.value.args[1])
+            bias = var_and_const(bias_binding.value)[1]
             new = relax.op.add(new, const(bias * scale.reshape(-1), dtype))
         return rewrite_vars(mod, {root.var.name: lambda _bb: new})
 
@@ -141,7 +151,7 @@ def _op(value) -> str | None:
     return getattr(getattr(value, "op", None), "name", None)
 
 
-def _scaled(value):
+def scaled(value):
     """(the tensor, the scale) for `tensor * const`, `const * tensor` or `tensor / const`
     where the constant does not broadcast the tensor to a larger shape; (None, None)
     otherwise."""

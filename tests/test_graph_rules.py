@@ -1,0 +1,185 @@
+"""Every graph rule, on exported models where it fires: its matches, the same outputs after
+applying it at each of them (compiled and run by TVM on random inputs), the structural change
+it makes; and no match where it cannot apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from harl.graph.load import relax_of_onnx  # noqa: E402
+from harl.graph.rules import ALL_RULES, rule_by_name  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "tasks" / "examples"
+
+
+def _light(name: str) -> Path:
+    import onnx
+
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"{name}.onnx"
+    if not path.is_file():
+        pytest.skip(f"the onnx package lacks {path.name}")
+    return path
+
+
+class GatedMLP(nn.Module):
+    """A gated MLP: gate and up projections of one input (with biases)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(16, 24), nn.Linear(16, 24), nn.Linear(24, 16)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class Scaled(nn.Module):
+    """Constant scales after a matmul (per column, through its bias) and before one."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(16, 24), nn.Linear(24, 8, bias=False)
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 24))
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x) * self.scale) / 4.0)
+
+
+class Branches(nn.Module):
+    """An Inception-like module: 1x1, 1x1 and 3x3 convs of one input, with biases and ReLUs,
+    and a conv scaled per channel then shifted."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 6, 1), nn.Conv2d(4, 5, 1)
+        self.c = nn.Conv2d(4, 7, 3, padding=1)
+        self.d = nn.Conv2d(18, 8, 3, padding=1)
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 8).reshape(1, 8, 1, 1))
+
+    def forward(self, x):
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x)), torch.relu(self.c(x))], 1)
+        return self.d(y) * self.scale + 1.0
+
+
+TORCH_MODELS = {"gated_mlp": (GatedMLP, (1, 8, 16)), "scaled": (Scaled, (1, 8, 16)),
+                "branches": (Branches, (1, 4, 8, 8))}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """name -> Relax module, for the torch modules above and the example models."""
+    out = {}
+    root = tmp_path_factory.mktemp("graph_rules")
+    for name, (cls, shape) in TORCH_MODELS.items():
+        torch.manual_seed(0)
+        path = root / f"{name}.onnx"
+        torch.onnx.export(cls().eval(), (torch.randn(shape),), str(path), input_names=["x"],
+                          opset_version=17, dynamo=False)
+        out[name] = relax_of_onnx(path)
+    for name in ("transformer_block", "cnn"):
+        out[name] = relax_of_onnx(EXAMPLES / f"{name}.onnx")
+    return out
+
+
+def _run(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    outs = [out] if hasattr(out, "numpy") else list(out)
+    return [o.numpy().copy() for o in outs]  # copied while the VM lives
+
+
+def _inputs(mod) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype("float32")
+            for p in mod["main"].params]
+
+
+def _ops(mod, name: str) -> int:
+    return sum(1 for block in mod["main"].body.blocks for b in block.bindings
+               if getattr(getattr(b.value, "op", None), "name", None) == name)
+
+
+def _check_equal(mod, rule, *, first: int = 3):
+    """Apply `rule` at each of its first matches; the outputs stay the same. Returns the
+    rewritten modules."""
+    inputs = _inputs(mod)
+    expected = _run(mod, inputs)
+    found = rule.matches(mod)
+    assert found, f"{rule.name} found no match"
+    assert found == rule.matches(mod)  # deterministic
+    rewritten = []
+    for match in found[:first]:
+        new = rule.apply(mod, match)
+        for got, want in zip(_run(new, inputs), expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert match not in rule.matches(new)
+        rewritten.append(new)
+    return rewritten
+
+
+def test_registry_names_are_unique_and_documented():
+    names = [rule.name for rule in ALL_RULES]
+    assert len(set(names)) == len(names)
+    assert all(rule.doc for rule in ALL_RULES)
+    assert rule_by_name("merge_parallel_matmul").name == "merge_parallel_matmul"
+    with pytest.raises(KeyError, match="known"):
+        rule_by_name("no_such_rule")
+
+
+@pytest.mark.parametrize("model, matmuls, merged", [("transformer_block", 3, 1),
+                                                    ("gated_mlp", 2, 1)])
+def test_merge_parallel_matmul(models, model, matmuls, merged):
+    mod = models[model]
+    rule = rule_by_name("merge_parallel_matmul")
+    (new,) = _check_equal(mod, rule)
+    assert len(rule.matches(mod)[0].vars) == matmuls
+    assert _ops(new, "relax.matmul") == _ops(mod, "relax.matmul") - matmuls + merged
+    assert _ops(new, "relax.split") == 1
+
+
+def test_fold_scale_matmul(models):
+    rule = rule_by_name("fold_scale_matmul")
+    for name, count in (("scaled", 2), ("transformer_block", 1)):
+        mod = models[name]
+        assert len(rule.matches(mod)) == count
+        for new in _check_equal(mod, rule):
+            scales = _ops(new, "relax.multiply") + _ops(new, "relax.divide")
+            assert scales == _ops(mod, "relax.multiply") + _ops(mod, "relax.divide") - 1
+
+
+def test_merge_parallel_conv_enlarges_a_1x1_to_3x3(models):
+    mod = models["branches"]
+    rule = rule_by_name("merge_parallel_conv")
+    (match,) = rule.matches(mod)
+    assert len(match.vars) == 3 and "1x1+1x1+3x3 -> 3x3" in match.note
+    (new,) = _check_equal(mod, rule)
+    assert _ops(new, "relax.nn.conv2d") == _ops(mod, "relax.nn.conv2d") - 2
+    assert _ops(new, "relax.nn.relu") == _ops(mod, "relax.nn.relu") - 2
+
+
+def test_fold_scale_conv(models):
+    mod = models["branches"]
+    rule = rule_by_name("fold_scale_conv")
+    (new,) = _check_equal(mod, rule)
+    assert _ops(new, "relax.multiply") == _ops(mod, "relax.multiply") - 1
+
+
+@pytest.mark.parametrize("name, count", [("light_squeezenet", 8), ("light_inception_v1", 9)])
+def test_merges_fire_on_real_cnns(name, count):
+    mod = relax_of_onnx(_light(name))
+    assert len(rule_by_name("merge_parallel_conv").matches(mod)) == count
+
+
+@pytest.mark.parametrize("rule", ["merge_parallel_matmul", "fold_scale_matmul",
+                                  "merge_parallel_conv", "fold_scale_conv"])
+def test_no_match_where_a_rule_cannot_apply(models, rule):
+    assert rule_by_name(rule).matches(models["cnn"]) == []
