@@ -66,8 +66,34 @@ class Branches(nn.Module):
         return self.d(y) * self.scale + 1.0
 
 
+class Attention(nn.Module):
+    """Two heads of scores: q @ k^T, the transpose written by the exporter into one
+    permutation with the heads' split."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        q = self.q(x).reshape(1, 8, 2, 8).transpose(1, 2)
+        k = self.k(x).reshape(1, 8, 2, 8).transpose(1, 2)
+        return (q @ k.transpose(-2, -1)).softmax(-1)
+
+
+class Reshapes(nn.Module):
+    """Two reshapes in a row (the exporter keeps them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x).reshape(1, 8, 4, 4).reshape(1, 4, 32))
+
+
 TORCH_MODELS = {"gated_mlp": (GatedMLP, (1, 8, 16)), "scaled": (Scaled, (1, 8, 16)),
-                "branches": (Branches, (1, 4, 8, 8))}
+                "branches": (Branches, (1, 4, 8, 8)), "attention": (Attention, (1, 8, 16)),
+                "reshapes": (Reshapes, (1, 8, 16))}
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +109,26 @@ def models(tmp_path_factory):
         out[name] = relax_of_onnx(path)
     for name in ("transformer_block", "cnn"):
         out[name] = relax_of_onnx(EXAMPLES / f"{name}.onnx")
+    out["transposes"] = relax_of_onnx(_transposes(root / "transposes.onnx"))
     return out
+
+
+def _transposes(path: Path) -> Path:
+    """A graph with two transposes in a row, written with onnx.helper (torch's exporter fuses
+    them): one pair cancels, one composes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 2, 1]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[0, 2, 1]),
+             helper.make_node("Relu", ["b"], ["c"]),
+             helper.make_node("Transpose", ["c"], ["d"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["d"], ["y"], perm=[0, 2, 1])]
+    graph = helper.make_graph(nodes, "transposes",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4, 2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
 
 
 def _run(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -179,7 +224,38 @@ def test_merges_fire_on_real_cnns(name, count):
     assert len(rule_by_name("merge_parallel_conv").matches(mod)) == count
 
 
-@pytest.mark.parametrize("rule", ["merge_parallel_matmul", "fold_scale_matmul",
-                                  "merge_parallel_conv", "fold_scale_conv"])
+def test_split_concat_cancels_after_merging_squeezenet_fire_modules():
+    mod = rule_by_name("merge_parallel_conv").apply_all(relax_of_onnx(_light("light_squeezenet")))
+    rule = rule_by_name("cancel_split_concat")
+    assert len(rule.matches(mod)) == 8
+    new = rule.apply_all(mod)
+    assert _ops(new, "relax.split") == 0 and _ops(new, "relax.concat") == 0
+
+
+@pytest.mark.parametrize("model", ["attention", "transformer_block"])
+def test_fuse_transpose_matmul(models, model):
+    mod = models[model]
+    rule = rule_by_name("fuse_transpose_matmul")
+    for new in _check_equal(mod, rule, first=1):
+        assert _ops(new, "relax.matmul") == _ops(mod, "relax.matmul") - 1
+        assert any(gv.name_hint.startswith("NT_matmul") for gv in new.get_global_vars())
+
+
+def test_cancel_transpose_pair(models):
+    mod = models["transposes"]
+    rule = rule_by_name("cancel_transpose_pair")
+    assert len(rule.matches(mod)) == 2
+    cancelled, composed = _check_equal(mod, rule)
+    assert _ops(cancelled, "relax.permute_dims") == 2
+    assert _ops(composed, "relax.permute_dims") == 3
+
+
+def test_cancel_reshape_pair(models):
+    mod = models["reshapes"]
+    (new,) = _check_equal(mod, rule_by_name("cancel_reshape_pair"))
+    assert _ops(new, "relax.reshape") == _ops(mod, "relax.reshape") - 1
+
+
+@pytest.mark.parametrize("rule", [rule.name for rule in ALL_RULES])
 def test_no_match_where_a_rule_cannot_apply(models, rule):
     assert rule_by_name(rule).matches(models["cnn"]) == []

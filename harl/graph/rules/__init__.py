@@ -5,12 +5,22 @@ from __future__ import annotations
 from harl.graph.rule import Rule
 from harl.graph.rules.conv import FoldScaleConv, MergeParallelConv
 from harl.graph.rules.matmul import FoldScaleMatmul, MergeParallelMatmul
+from harl.graph.rules.shape import (
+    CancelReshapePair,
+    CancelSplitConcat,
+    CancelTransposePair,
+    FuseTransposeMatmul,
+)
 
 ALL_RULES: tuple[Rule, ...] = (
     MergeParallelMatmul(),
     FoldScaleMatmul(),
     MergeParallelConv(),
     FoldScaleConv(),
+    FuseTransposeMatmul(),
+    CancelTransposePair(),
+    CancelReshapePair(),
+    CancelSplitConcat(),
 )
 """one instance of each rule, in a fixed order (a search's action space)"""
 
