@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harl.graph.rule import Rule
 from harl.graph.rules.conv import FoldScaleConv, MergeParallelConv
+from harl.graph.rules.layout import ConvertLayoutNHWC, ConvToNHWC
 from harl.graph.rules.matmul import FoldScaleMatmul, MergeParallelMatmul
 from harl.graph.rules.shape import (
     CancelReshapePair,
@@ -11,6 +12,7 @@ from harl.graph.rules.shape import (
     CancelTransposePair,
     FuseTransposeMatmul,
 )
+from harl.graph.rules.sums import ExpandMatmulOfSum, FactorMatmulOfSum
 
 ALL_RULES: tuple[Rule, ...] = (
     MergeParallelMatmul(),
@@ -21,6 +23,10 @@ ALL_RULES: tuple[Rule, ...] = (
     CancelTransposePair(),
     CancelReshapePair(),
     CancelSplitConcat(),
+    FactorMatmulOfSum(),
+    ExpandMatmulOfSum(),
+    ConvToNHWC(),
+    ConvertLayoutNHWC(),
 )
 """one instance of each rule, in a fixed order (a search's action space)"""
 

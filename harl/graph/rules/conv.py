@@ -19,7 +19,7 @@ from harl.graph.rule import (
 from harl.graph.rules import merge
 
 
-def _plain_conv(graph: Graph, binding) -> bool:
+def plain_conv(graph: Graph, binding) -> bool:
     """A conv2d in NCHW/OIHW, ungrouped, on a variable, with a constant weight."""
     from tvm.relax.dpl import is_const, is_op, wildcard
 
@@ -47,7 +47,7 @@ class MergeParallelConv(Rule):
         """(the merged kernel size, the conv bindings) of each group of two or more."""
         by_site: dict[tuple, list] = {}
         for binding in graph.bindings:
-            if not _plain_conv(graph, binding):
+            if not plain_conv(graph, binding):
                 continue
             attrs = binding.value.attrs
             key = (binding.value.args[0].name, _ints(attrs.strides), _ints(attrs.dilation),
@@ -149,7 +149,7 @@ class FoldScaleConv(Rule):
                 channels = shape_of(tensor)[1] if len(shape_of(tensor)) == 4 else -1
                 if a is not None and _per_channel(b, channels):
                     bias, inner = inner, graph.by_name.get(a.name)
-            if inner is None or not _plain_conv(graph, inner) \
+            if inner is None or not plain_conv(graph, inner) \
                     or graph.uses.get(inner.var.name) != 1:
                 continue
             if _per_channel(scale, shape_of(inner.var)[1]):
