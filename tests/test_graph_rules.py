@@ -315,6 +315,13 @@ def test_convert_layout_nhwc_whole_graph(models):
     layouts = {str(b.value.attrs.data_layout) for block in new["main"].body.blocks
                for b in block.bindings if _ops_name(b) == "relax.nn.conv2d"}
     assert layouts == {"NHWC"}
+    names = [b.var.name for block in new["main"].body.blocks for b in block.bindings]
+    assert len(names) == len(set(names))  # TVM's pass reuses names; matches need them unique
+
+
+def test_convert_layout_nhwc_no_match_where_tvms_pass_fails(squeezenet):
+    assert rule_by_name("conv_nhwc").matches(squeezenet)
+    assert rule_by_name("convert_layout_nhwc").matches(squeezenet) == []  # its dropout's tuple
 
 
 def _ops_name(binding) -> str | None:

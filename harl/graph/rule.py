@@ -169,3 +169,38 @@ def rewrite_vars(mod, edits: dict[str, Callable[[object], object]]):
     out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
     out["main"] = func
     return relax.transform.Normalize()(out)
+
+
+def unique_names(mod):
+    """`mod` with every bound variable of its main function named once (a pass such as
+    ConvertLayout may reuse names; matches name the variables they rewrite)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    seen: set[str] = set()
+
+    @mutator
+    class _Renamer(PyExprMutator):
+        def _fresh(self, var, make):
+            name = var.name
+            if name in seen:
+                name = next(f"{var.name}_{k}" for k in range(1, 1 << 30)
+                            if f"{var.name}_{k}" not in seen)
+                var = make(name, var.ty)
+            seen.add(name)
+            return var
+
+        def visit_var_def_(self, var):
+            return self._fresh(var, relax.Var)
+
+        def visit_dataflow_var_def_(self, var):
+            return self._fresh(var, relax.DataflowVar)
+
+    names = [b.var.name for block in mod["main"].body.blocks for b in block.bindings]
+    if len(names) == len(set(names)):
+        return mod
+    out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+    out["main"] = _Renamer(mod).visit_expr(mod["main"])
+    return out
+

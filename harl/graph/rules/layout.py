@@ -4,7 +4,7 @@ only at its borders)."""
 
 from __future__ import annotations
 
-from harl.graph.rule import Graph, Match, Rule, const, const_value, rewrite_vars
+from harl.graph.rule import Graph, Match, Rule, const, const_value, rewrite_vars, unique_names
 from harl.graph.rules.conv import plain_conv
 
 
@@ -49,15 +49,27 @@ class ConvertLayoutNHWC(Rule):
            "the layout through the operators between them")
 
     def matches(self, mod) -> list[Match]:
+        """One match when the graph has an NCHW conv and TVM's pass converts it (the pass
+        fails on some graphs, e.g. one with a dropout's tuple in it: then none)."""
         graph = Graph(mod)
         convs = tuple(b.var.name for b in graph.bindings if plain_conv(graph, b))
-        return [Match(self.name, convs, f"{len(convs)} convs")] if convs else []
+        if not convs:
+            return []
+        try:
+            self._convert(mod)
+        except RuntimeError:  # TVM's errors (InternalError, ...) are RuntimeErrors
+            return []
+        return [Match(self.name, convs, f"{len(convs)} convs")]
 
     def apply(self, mod, match: Match):
+        del match  # one match: the whole graph
+        return self._convert(mod)
+
+    @staticmethod
+    def _convert(mod):
         import tvm
         from tvm import relax
 
-        del match  # one match: the whole graph
         passes = [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
                   relax.transform.FoldConstant(), relax.transform.Normalize()]
-        return tvm.transform.Sequential(passes)(mod)
+        return unique_names(tvm.transform.Sequential(passes)(mod))

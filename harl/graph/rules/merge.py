@@ -88,11 +88,8 @@ def merge(mod, branches: list[Branch], *, weights: list[np.ndarray], make_op, ax
         if any(b.bias is not None for b in branches):
             bias = np.concatenate([b.bias if b.bias is not None else np.zeros(n, dtype)
                                    for b, n in zip(branches, sizes, strict=True)])
-            rank = len(shape_of(out))
-            shape = [1] * rank
-            shape[axis % rank] = bias.size
-            if w_axis == 1:
-                shape = [bias.size]
+            shape = [1] * len(shape_of(out))  # the channels along `axis`, 1 elsewhere
+            shape[axis] = bias.size
             out = bb.emit(relax.op.add(out, const(bias.reshape(shape), dtype)),
                           name_hint=f"{first}_bias")
         if all(b.relu for b in branches):
