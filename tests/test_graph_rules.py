@@ -216,6 +216,24 @@ def test_fold_scale_matmul(models):
             assert scales == _ops(mod, "relax.multiply") + _ops(mod, "relax.divide") - 1
 
 
+def test_hoist_scale_brings_attentions_scale_to_the_q_projection(models):
+    """1/sqrt(d) on q @ k^T moves through the matmul, the heads' transpose and reshape and
+    the bias add, to where it folds into the Q projection's weight."""
+    mod = models["transformer_block"]
+    hoist, fold = rule_by_name("hoist_scale"), rule_by_name("fold_scale_matmul")
+    (first,) = hoist.matches(mod)
+    assert first.note.startswith("through matmul")
+    steps = [mod]
+    while hoist.matches(steps[-1]):
+        steps.append(hoist.apply(steps[-1], hoist.matches(steps[-1])[0]))
+    assert len(steps) == 6  # matmul, transpose, reshape, bias add, the projection's matmul
+    folded = fold.apply_all(steps[-1])
+    inputs = _inputs(mod)
+    for got, want in zip(_run(folded, inputs), _run(mod, inputs), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert _ops(folded, "relax.multiply") == _ops(mod, "relax.multiply") - 2  # and the 0.5
+
+
 def test_merge_parallel_conv_enlarges_a_1x1_to_3x3(models):
     mod = models["branches"]
     rule = rule_by_name("merge_parallel_conv")

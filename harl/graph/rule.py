@@ -6,10 +6,11 @@ equal shapes, are checked there), in program order; `apply` rewrites at exactly 
 one action of a search. A match names the bound variables it rewrites, so it stays valid
 for the module it was found in and is recognised again after unrelated rewrites.
 
-Rules read single bindings with `tvm.relax.dpl` patterns, matched through the function's
-variable bindings (`extract_matched_expr` with its var-to-value map), and write their
-replacement with `rewrite_vars`: new values for named variables, new bindings emitted
-through Relax's own BlockBuilder, dead bindings dropped by `remove_all_unused`.
+Rules read bindings (with `tvm.relax.dpl` patterns where one says it best, matched through
+the function's variable bindings) and write their replacement with `rewrite_vars`: new
+values for named variables, new bindings emitted through Relax's own BlockBuilder, dead
+bindings dropped by `remove_all_unused`. Where TVM has the rewrite as a pass
+(FuseTransposeMatmul, ConvertLayout), the rule runs that pass.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def rewrite_vars(mod, edits: dict[str, Callable[[object], object]]):
 
     Each edit takes the BlockBuilder, may emit new bindings through it (they land right before
     the variable's own binding), and returns the variable's new value, which must have the same
-    type. Bindings left unused afterwards are removed.
+    type. Bindings left unused afterwards are removed, and variables given a name already
+    taken are renamed apart.
     """
     import tvm
     from tvm import relax
@@ -168,7 +170,7 @@ def rewrite_vars(mod, edits: dict[str, Callable[[object], object]]):
     func = relax.analysis.remove_all_unused(func)
     out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
     out["main"] = func
-    return relax.transform.Normalize()(out)
+    return unique_names(relax.transform.Normalize()(out))
 
 
 def unique_names(mod):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harl.graph.rule import Rule
 from harl.graph.rules.conv import FoldScaleConv, MergeParallelConv
 from harl.graph.rules.layout import ConvertLayoutNHWC, ConvToNHWC
-from harl.graph.rules.matmul import FoldScaleMatmul, MergeParallelMatmul
+from harl.graph.rules.matmul import FoldScaleMatmul, HoistScale, MergeParallelMatmul
 from harl.graph.rules.shape import (
     CancelReshapePair,
     CancelSplitConcat,
@@ -17,6 +17,7 @@ from harl.graph.rules.sums import ExpandMatmulOfSum, FactorMatmulOfSum
 ALL_RULES: tuple[Rule, ...] = (
     MergeParallelMatmul(),
     FoldScaleMatmul(),
+    HoistScale(),
     MergeParallelConv(),
     FoldScaleConv(),
     FuseTransposeMatmul(),

@@ -147,6 +147,62 @@ class FoldScaleMatmul(Rule):
         return rewrite_vars(mod, {root.var.name: lambda _bb: new})
 
 
+class HoistScale(Rule):
+    """f(a) * s -> f(a * s) for a scalar constant s, f a matmul (its left operand), a
+    transpose, a reshape, or an add of a constant c (which becomes c s)."""
+
+    name = "hoist_scale"
+    doc = ("move a scalar constant scale from an operator's output to its input (a matmul's "
+           "left operand, a transpose, a reshape, a bias add), toward a weight it folds into "
+           "(attention's 1/sqrt(d) up to the Q projection)")
+
+    _THROUGH = ("relax.matmul", "relax.permute_dims", "relax.reshape", "relax.add")
+
+    def _sites(self, graph: Graph):
+        """(root binding, the binding of the operator the scale moves through, the scale)"""
+        sites = []
+        for binding in graph.bindings:
+            tensor, scale = scaled(binding.value)
+            if tensor is None or scale.size != 1 or graph.uses.get(tensor.name) != 1:
+                continue
+            inner = graph.by_name.get(tensor.name)
+            op = _op(inner.value) if inner is not None else None
+            if op not in self._THROUGH:
+                continue
+            if op == "relax.add" and var_and_const(inner.value)[0] is None:
+                continue
+            if op != "relax.add" and not is_var(inner.value.args[0]):
+                continue
+            sites.append((binding, inner, scale))
+        return sites
+
+    def matches(self, mod) -> list[Match]:
+        return [Match(self.name, (root.var.name,),
+                      f"through {_op(inner.value).split('.')[-1]} {inner.var.name}")
+                for root, inner, _scale in self._sites(Graph(mod))]
+
+    def apply(self, mod, match: Match):
+        from tvm import relax
+
+        graph = Graph(mod)
+        _root, inner, scale = next(s for s in self._sites(graph)
+                                   if s[0].var.name == match.vars[0])
+        call = inner.value
+        dtype = str(inner.var.ty.dtype)
+        factor = const(scale.reshape(()), dtype)
+
+        def edit(bb):
+            if _op(call) == "relax.add":
+                var, c = var_and_const(call)
+                moved = bb.emit(relax.op.multiply(var, factor), name_hint=f"{var.name}_scaled")
+                return relax.op.add(moved, const(c * scale.reshape(()), dtype))
+            moved = bb.emit(relax.op.multiply(call.args[0], factor),
+                            name_hint=f"{call.args[0].name}_scaled")
+            return relax.Call(call.op, [moved, *call.args[1:]], call.attrs)
+
+        return rewrite_vars(mod, {match.vars[0]: edit})
+
+
 def _op(value) -> str | None:
     return getattr(getattr(value, "op", None), "name", None)
 
