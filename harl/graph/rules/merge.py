@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harl.graph.rule import Graph, const, const_value, shape_of
+from harl.graph.rule import Graph, const, const_value, rewrite_vars, shape_of
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,8 @@ def merge(mod, branches: list[Branch], *, weights: list[np.ndarray], make_op, ax
     output's `axis`. `make_op(weight_const)` builds the merged operator's call."""
     from tvm import relax
 
-    from harl.graph.rule import rewrite_vars
-
     sizes = [_out_channels(b, axis) for b in branches]
-    dtype = shape_dtype(branches[0].call)
+    dtype = str(branches[0].call.ty.dtype)
     w_axis = 1 if branches[0].call.op.name == "relax.matmul" else 0
     weight = const(np.concatenate(weights, axis=w_axis), dtype)
     made: dict[str, object] = {}
@@ -114,11 +112,6 @@ def merge(mod, branches: list[Branch], *, weights: list[np.ndarray], make_op, ax
             continue
         edits[b.root] = (lambda bb, i=i: relax.TupleGetItem(made["split"], i))
     return rewrite_vars(mod, edits)
-
-
-def shape_dtype(call) -> str:
-    """The dtype of an operator call's result."""
-    return str(call.ty.dtype)
 
 
 def _out_channels(branch: Branch, axis: int) -> int:
