@@ -1,0 +1,40 @@
+"""Every graph rule harl has, by name."""
+
+from __future__ import annotations
+
+from harl.graph.rule import Rule
+from harl.graph.rules.conv import FoldScaleConv, MergeParallelConv
+from harl.graph.rules.layout import ConvertLayoutNHWC, ConvToNHWC
+from harl.graph.rules.matmul import FoldScaleMatmul, HoistScale, MergeParallelMatmul
+from harl.graph.rules.shape import (
+    CancelReshapePair,
+    CancelSplitConcat,
+    CancelTransposePair,
+    FuseTransposeMatmul,
+)
+from harl.graph.rules.sums import ExpandMatmulOfSum, FactorMatmulOfSum
+
+ALL_RULES: tuple[Rule, ...] = (
+    MergeParallelMatmul(),
+    FoldScaleMatmul(),
+    HoistScale(),
+    MergeParallelConv(),
+    FoldScaleConv(),
+    FuseTransposeMatmul(),
+    CancelTransposePair(),
+    CancelReshapePair(),
+    CancelSplitConcat(),
+    FactorMatmulOfSum(),
+    ExpandMatmulOfSum(),
+    ConvToNHWC(),
+    ConvertLayoutNHWC(),
+)
+"""one instance of each rule, in a fixed order (a search's action space)"""
+
+
+def rule_by_name(name: str) -> Rule:
+    """The rule called `name`; a KeyError lists the known names."""
+    for rule in ALL_RULES:
+        if rule.name == name:
+            return rule
+    raise KeyError(f"no graph rule {name!r}; known: {', '.join(r.name for r in ALL_RULES)}")
