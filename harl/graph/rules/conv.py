@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import harl.graph.rules.merge as merge
 from harl.graph.rule import (
     Graph,
     Match,
@@ -16,7 +17,6 @@ from harl.graph.rule import (
     shape_of,
     var_and_const,
 )
-from harl.graph.rules import merge
 
 
 def plain_conv(graph: Graph, binding) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import harl.graph.rules.merge as merge
 from harl.graph.rule import (
     Graph,
     Match,
@@ -15,7 +16,6 @@ from harl.graph.rule import (
     shape_of,
     var_and_const,
 )
-from harl.graph.rules import merge
 
 
 def _weighted_matmul():
