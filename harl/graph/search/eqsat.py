@@ -40,7 +40,8 @@ class EqsatConfig:
     time_limit_s: float = 120.0
     """wall-clock limit of the tree search, extraction excluded"""
     exploration: float = 0.5
-    """UCT exploration constant (rewards are relative cost drops, mostly in [0, 1])"""
+    """UCT exploration constant (rewards, relative cost drops, are divided by the largest
+    seen so far)"""
     rollout_depth: int = 2
     """random rewrites applied after each expansion to estimate its value"""
     max_children: int = 24
@@ -73,15 +74,24 @@ class EqsatResult:
     seconds: float = 0.0
 
 
+_WHOLE_GRAPH = frozenset({"convert_layout_nhwc"})
+"""rules that rewrite the whole graph through a TVM pass, which may give a matched variable's
+name to another value: only their outputs are unioned"""
+
+
+def _types(mod) -> dict[str, object]:
+    return {b.var.name: b.var.ty for block in mod["main"].body.blocks for b in block.bindings}
+
+
 class _TreeNode:
-    def __init__(self, mod, path: list[str], parent: _TreeNode | None):
-        self.mod, self.path, self.parent = mod, path, parent
+    def __init__(self, mod, path: list[str], parent: _TreeNode | None, refs: dict):
+        self.mod, self.path, self.parent, self.refs = mod, path, parent, refs
         self.untried: list | None = None
         self.children: list[_TreeNode] = []
         self.visits, self.value = 0, 0.0
 
-    def uct(self, c: float) -> float:
-        return (self.value / self.visits
+    def uct(self, c: float, scale: float) -> float:
+        return (self.value / self.visits / scale
                 + c * math.sqrt(math.log(self.parent.visits + 1) / self.visits))
 
 
@@ -92,10 +102,12 @@ class _Search:
         self.mod, self.rules, self.config = mod, rules, config
         self.memo, self.rng = CostMemo(cost), random.Random(config.seed)
         self.egraph, self.table = EGraph(), TermTable()
-        self.root_term = self.egraph.let("root", self.table.insert(self.egraph, mod))
+        root_term, self.root_refs = self.table.insert(self.egraph, mod)
+        self.root_term = self.egraph.let("root", root_term)
         self.graphs, self.enodes = 1, len(read_egraph(self.egraph).nodes)
         self.initial = self.memo(mod)
         self.best = (self.initial, mod, [])
+        self.reward_scale = 1e-9  # the largest reward so far: UCT sees rewards in [-1, 1]
         self.paths: dict[int, list[str]] = {self._hash(mod): []}
 
     @staticmethod
@@ -111,22 +123,32 @@ class _Search:
             self.best = (value, mod, path)
         return value
 
-    def _insert(self, mod) -> bool:
-        """Union `mod`'s output e-class with the original's; False (one warning) if the
-        graph cannot be encoded."""
+    def _insert(self, parent: _TreeNode, rule: Rule, match, mod) -> dict | None:
+        """Add `mod` (`parent`'s graph rewritten by `rule` at `match`) to the e-graph: its
+        output is unioned with the original's, and each rewritten variable that keeps its
+        type with its old value (the rest of the graph still reads it, so its value is
+        unchanged). Returns the variables' terms, or None (one warning) if the graph cannot
+        be encoded."""
+        import tvm_ffi
         from egglog import union
 
         try:
-            term = self.table.insert(self.egraph, mod)
-            self.egraph.register(union(self.root_term).with_(term))
+            term, refs = self.table.insert(self.egraph, mod)
+            unions = [union(self.root_term).with_(term)]
+            if rule.name not in _WHOLE_GRAPH:
+                old, new = _types(parent.mod), _types(mod)
+                unions += [union(parent.refs[v]).with_(refs[v]) for v in match.vars
+                           if v in parent.refs and v in refs
+                           and tvm_ffi.structural_equal(old[v], new[v])]
+            self.egraph.register(*unions)
             self.egraph.run(1)
         except Exception as err:  # noqa: BLE001  (an unencodable graph is skipped)
             log.warning("e-graph: a rewritten graph could not be encoded (%s); skipped",
                         str(err).strip().splitlines()[0] if str(err).strip() else err)
-            return False
+            return None
         self.graphs += 1
         self.enodes = len(read_egraph(self.egraph).nodes)
-        return True
+        return refs
 
     def _expand(self, node: _TreeNode) -> _TreeNode | None:
         if node.untried is None:
@@ -136,8 +158,9 @@ class _Search:
         while node.untried:
             rule, match = node.untried.pop()
             new = try_apply(rule, match, node.mod)
-            if new is not None and self._insert(new):
-                child = _TreeNode(new, node.path + [str(match)], node)
+            refs = None if new is None else self._insert(node, rule, match, new)
+            if refs is not None:
+                child = _TreeNode(new, node.path + [str(match)], node, refs)
                 node.children.append(child)
                 return child
         return None
@@ -159,7 +182,7 @@ class _Search:
 
     def run(self) -> int:
         """The tree search; returns the number of iterations run."""
-        config, root = self.config, _TreeNode(self.mod, [], None)
+        config, root = self.config, _TreeNode(self.mod, [], None, self.root_refs)
         start = time.perf_counter()
         for iteration in range(config.iterations):
             if (time.perf_counter() - start > config.time_limit_s
@@ -167,9 +190,11 @@ class _Search:
                 return iteration
             node = root
             while node.untried is not None and not node.untried and node.children:
-                node = max(node.children, key=lambda n: n.uct(config.exploration))
+                node = max(node.children,
+                           key=lambda n: n.uct(config.exploration, self.reward_scale))
             child = self._expand(node) or node
             reward = self._rollout(child)
+            self.reward_scale = max(self.reward_scale, abs(reward))
             while child is not None:
                 child.visits += 1
                 child.value += reward

@@ -87,9 +87,9 @@ class TermTable:
         vec = Vec(*args) if args else Vec[Term].empty()
         return Term.op(key, vec)
 
-    def insert(self, egraph: EGraph, mod) -> Term:
+    def insert(self, egraph: EGraph, mod) -> tuple[Term, dict[str, Term]]:
         """Add `mod`'s main function to `egraph`, one let-bound term per binding (so shared
-        values stay shared), and return the term of its output."""
+        values stay shared); return the term of its output and each bound variable's term."""
         import tvm
         import tvm_ffi
         from tvm import relax
@@ -141,7 +141,7 @@ class TermTable:
                     raise ValueError("main has a match-cast binding")
                 self.lets += 1
                 refs[binding.var.name] = egraph.let(f"v{self.lets}", term(binding.value))
-        return term(func.body.body)
+        return term(func.body.body), refs
 
     def local_cost(self, key: str) -> float:
         """A key's cost as one task on its own, in FLOP-equivalents (leaves, tuples: 0)."""
