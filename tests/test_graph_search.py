@@ -119,6 +119,15 @@ def test_eqsat_takes_steps_that_greedy_will_not():
     _same_outputs(mod, found.mod)
 
 
+def test_every_extracted_candidate_computes_the_same_outputs():
+    mod = relax_of_onnx(EXAMPLES / "transformer_block.onnx")
+    found = eqsat(mod, _cost, config=EqsatConfig(iterations=15, seed=1))
+    assert {"ilp", "tree", "mcts", "original"} <= set(found.candidate_mods)
+    assert found.cost == min(found.candidates.values()) < found.initial_cost
+    for name in ("ilp", "tree"):
+        _same_outputs(mod, found.candidate_mods[name])
+
+
 class _Broken(Rule):
     """A rule whose every rewrite fails."""
 

@@ -65,6 +65,9 @@ class EqsatResult:
     applied: list[str]
     """the rewrites leading to the chosen graph, where it is one the search reached"""
     candidates: dict[str, float] = field(default_factory=dict)
+    """each candidate's cost"""
+    candidate_mods: dict[str, object] = field(default_factory=dict)
+    """each candidate's graph"""
     enodes: int = 0
     eclasses: int = 0
     graphs: int = 0
@@ -244,6 +247,7 @@ def eqsat(mod, cost: Cost, *, rules: Sequence[Rule] | None = None,
     return EqsatResult(
         chosen, value, search.initial, source,
         applied=list(applied) if applied is not None else ["(extracted: a mix of rewrites)"],
-        candidates={k: v[0] for k, v in found.items()}, enodes=search.enodes,
+        candidates={k: v[0] for k, v in found.items()},
+        candidate_mods={k: v[1] for k, v in found.items()}, enodes=search.enodes,
         eclasses=search.eclasses, graphs=search.graphs, iterations=iterations,
         evals=search.memo.evals, seconds=time.perf_counter() - start)
