@@ -17,7 +17,13 @@ from harl.graph.load import relax_of_onnx
 from harl.graph.rule import Match, Rule
 from harl.graph.rules import rule_by_name
 from harl.graph.search.eqsat import EqsatConfig, eqsat
-from harl.graph.search.extract import dag_cost, ilp_extract, read_egraph, tree_extract
+from harl.graph.search.extract import (
+    dag_cost,
+    ilp_extract,
+    ilp_extract_top,
+    read_egraph,
+    tree_extract,
+)
 from harl.graph.search.greedy import greedy
 from harl.graph.search.term import Term, TermTable
 
@@ -84,6 +90,8 @@ def test_ilp_extraction_pays_a_shared_subterm_once():
     egraph.register(union(root).with_(Term.op("add", Vec(a, b))))
     graph = read_egraph(egraph)
     tree, ilp = tree_extract(graph, costs.get), ilp_extract(graph, costs.get)
+    ranked = ilp_extract_top(graph, costs.get, count=3)
+    assert [dag_cost(c, graph.root, costs.get) for c in ranked] == [18.0, 21.0, 27.0]
     assert dag_cost(tree, graph.root, costs.get) == 21.0
     assert dag_cost(ilp, graph.root, costs.get) == 18.0
     assert {key for key, _ in ilp.values()} == {"add", "f", "g", "S", "x"}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from harl.graph.rule import Rule
 from harl.graph.search.common import Cost, CostMemo, actions, try_apply
-from harl.graph.search.extract import ilp_extract, read_egraph, tree_extract
+from harl.graph.search.extract import ilp_extract_top, read_egraph, tree_extract
 from harl.graph.search.term import TermTable
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ class EqsatConfig:
     """at most this many rewrites (sampled) are tried from one tree node"""
     ilp_time_limit_s: float = 20.0
     """time limit of the ILP extraction; the tree extraction stands in when it runs out"""
+    ilp_solutions: int = 3
+    """the ILP's best few terms (by local cost) that are ranked by the real cost"""
     seed: int = 0
     """seed of the action sampling and rollouts"""
 
@@ -60,8 +62,8 @@ class EqsatResult:
     cost: float
     initial_cost: float
     source: str
-    """which candidate won: 'ilp', 'tree' (extractions), 'mcts' (a graph the tree search
-    reached) or 'original'"""
+    """which candidate won: 'ilp', 'ilp2', ... (the ILP's terms by local cost), 'tree'
+    (extractions), 'mcts' (a graph the tree search reached) or 'original'"""
     applied: list[str]
     """the rewrites leading to the chosen graph, where it is one the search reached"""
     candidates: dict[str, float] = field(default_factory=dict)
@@ -211,7 +213,9 @@ class _Search:
         self.eclasses = graph.classes
         found = {"mcts": self.best[:2], "original": (self.initial, self.mod)}
         cost = self.table.local_cost
-        choices = {"ilp": ilp_extract(graph, cost, time_limit_s=self.config.ilp_time_limit_s)}
+        top = ilp_extract_top(graph, cost, count=self.config.ilp_solutions,
+                              time_limit_s=self.config.ilp_time_limit_s)
+        choices = {("ilp" if k == 0 else f"ilp{k + 1}"): choice for k, choice in enumerate(top)}
         try:
             choices["tree"] = tree_extract(graph, cost)
         except ValueError as err:

@@ -111,14 +111,26 @@ def ilp_extract(graph: SerializedGraph, cost: Callable[[str], float], *,
                 time_limit_s: float = 20.0) -> Choice | None:
     """The term of least DAG cost, by an integer program (None when the solver finds no
     solution in time; the caller falls back to `tree_extract`)."""
+    found = ilp_extract_top(graph, cost, count=1, time_limit_s=time_limit_s)
+    return found[0] if found else None
+
+
+def ilp_extract_top(graph: SerializedGraph, cost: Callable[[str], float], *, count: int = 3,
+                    time_limit_s: float = 20.0) -> list[Choice]:
+    """Up to `count` terms in order of DAG cost: the integer program solved again with each
+    found term's node set forbidden (`time_limit_s` for all solves together)."""
+    import time
+
     from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import lil_matrix
+    from scipy.sparse import csr_matrix, lil_matrix
 
     nodes = graph.nodes
     n_nodes, n_cls = len(nodes), max(max(n.cls for n in nodes), graph.root) + 1
     members: dict[int, list[int]] = {}
+    index: dict[tuple, int] = {}
     for i, node in enumerate(nodes):
         members.setdefault(node.cls, []).append(i)
+        index[(node.cls, node.key, node.children)] = i
     edges = [(i, c) for i, node in enumerate(nodes) for c in set(node.children)]
     # variables: x (nodes, binary), then t (classes, order in [0, 1])
     n_var = n_nodes + n_cls
@@ -145,15 +157,26 @@ def ilp_extract(graph: SerializedGraph, cost: Callable[[str], float], *,
             ub[i] = 0.0
     objective = np.concatenate([[cost(n.key) for n in nodes], np.zeros(n_cls)])
     integrality = np.concatenate([np.ones(n_nodes), np.zeros(n_cls)])
-    result = milp(objective, constraints=LinearConstraint(a.tocsr(), lo, hi),
-                  integrality=integrality, bounds=Bounds(np.zeros(n_var), ub),
-                  options={"time_limit": time_limit_s, "disp": False})
-    if result.x is None:
-        log.warning("ILP extraction found no solution (%s); using tree extraction",
-                    result.message)
-        return None
-    chosen: Choice = {}
-    for i in sorted(range(n_nodes), key=lambda i: cost(nodes[i].key)):
-        if result.x[i] > 0.5 and nodes[i].cls not in chosen:
-            chosen[nodes[i].cls] = (nodes[i].key, nodes[i].children)
-    return _reachable(chosen, graph.root)
+    constraints = [LinearConstraint(a.tocsr(), lo, hi)]
+    found: list[Choice] = []
+    deadline = time.perf_counter() + time_limit_s
+    while len(found) < count and time.perf_counter() < deadline:
+        result = milp(objective, constraints=constraints, integrality=integrality,
+                      bounds=Bounds(np.zeros(n_var), ub),
+                      options={"time_limit": max(deadline - time.perf_counter(), 0.1),
+                               "disp": False})
+        if result.x is None:
+            if not found:
+                log.warning("ILP extraction found no solution (%s); using tree extraction",
+                            result.message)
+            break
+        chosen: Choice = {}
+        for i in sorted(range(n_nodes), key=lambda i: cost(nodes[i].key)):
+            if result.x[i] > 0.5 and nodes[i].cls not in chosen:
+                chosen[nodes[i].cls] = (nodes[i].key, nodes[i].children)
+        chosen = _reachable(chosen, graph.root)
+        found.append(chosen)
+        used = [index[(cls, key, children)] for cls, (key, children) in chosen.items()]
+        cut = csr_matrix((np.ones(len(used)), (np.zeros(len(used)), used)), shape=(1, n_var))
+        constraints.append(LinearConstraint(cut, -np.inf, len(used) - 1))  # not this one
+    return found
