@@ -77,7 +77,7 @@ def test_round_trip_through_egglog_terms(name):
 
 def test_ilp_extraction_pays_a_shared_subterm_once():
     """add(f(S), g(S)) against add(A, B): per class, A (10) beats f(S) (1 + 15) and B beats
-    g(S), but with S paid once f(S), g(S) cost 17 against 20."""
+    g(S), but with S paid once f(S) and g(S) cost 17 against 20 (the add costs 1 more)."""
     from egglog import EGraph, Vec, union
 
     costs = {"S": 15.0, "f": 1.0, "g": 1.0, "A": 10.0, "B": 10.0, "add": 1.0, "x": 0.0}
@@ -134,6 +134,13 @@ def test_every_extracted_candidate_computes_the_same_outputs():
     assert found.cost == min(found.candidates.values()) < found.initial_cost
     for name in ("ilp", "tree"):
         _same_outputs(mod, found.candidate_mods[name])
+
+
+def test_the_e_graph_stops_growing_at_its_node_limit():
+    mod = relax_of_onnx(EXAMPLES / "transformer_block.onnx")
+    found = eqsat(mod, _cost, config=EqsatConfig(node_limit=70, iterations=30))
+    assert 70 <= found.enodes < 140 and found.iterations < 30
+    assert found.cost <= found.initial_cost
 
 
 class _Broken(Rule):
