@@ -164,3 +164,20 @@ def test_a_failing_rule_never_ends_a_search(caplog):
     assert plain.applied and plain.cost < plain.trace[0]
     assert found.cost <= plain.cost
     assert any("broken@lv12" in r.message and "skipped" in r.message for r in caplog.records)
+
+
+def test_a_graph_that_cannot_be_encoded_stands(caplog):
+    """Bindings outside a dataflow block are not encoded: the search keeps the graph."""
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x]):
+        y = bb.emit(relax.op.add(x, x))
+        bb.emit_func_output(y)
+    mod = tvm.IRModule({"main": bb.get()["main"]})
+    with caplog.at_level(logging.WARNING):
+        found = eqsat(mod, lambda _mod: 1.0)
+    assert found.mod is mod and found.source == "original" and found.cost == 1.0
+    assert any("cannot be encoded" in r.message for r in caplog.records)

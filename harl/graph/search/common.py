@@ -23,7 +23,7 @@ def actions(mod, rules: Sequence[Rule]) -> list[tuple[Rule, Match]]:
             out.extend((rule, match) for match in rule.matches(mod))
         except Exception as err:  # noqa: BLE001  (a broken rule must not end the search)
             log.warning("graph rule %s: matching failed (%s); skipped", rule.name,
-                        _first_line(err))
+                        first_line(err))
     return out
 
 
@@ -32,11 +32,12 @@ def try_apply(rule: Rule, match: Match, mod):
     try:
         return rule.apply(mod, match)
     except Exception as err:  # noqa: BLE001
-        log.warning("graph rewrite %s failed (%s); skipped", match, _first_line(err))
+        log.warning("graph rewrite %s failed (%s); skipped", match, first_line(err))
         return None
 
 
-def _first_line(err: Exception) -> str:
+def first_line(err: Exception) -> str:
+    """An exception's message cut to its first line (TVM's run to pages)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
@@ -57,6 +58,6 @@ class CostMemo:
             try:
                 self.cache[key] = float(self.cost(mod))
             except Exception as err:  # noqa: BLE001
-                log.warning("graph cost failed (%s); graph skipped", _first_line(err))
+                log.warning("graph cost failed (%s); graph skipped", first_line(err))
                 self.cache[key] = float("inf")
         return self.cache[key]

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo, actions, try_apply
+from harl.graph.search.common import Cost, CostMemo, actions, first_line, try_apply
 from harl.graph.search.extract import ilp_extract_top, read_egraph, tree_extract
 from harl.graph.search.term import TermTable
 
@@ -149,7 +149,7 @@ class _Search:
             self.egraph.run(1)
         except Exception as err:  # noqa: BLE001  (an unencodable graph is skipped)
             log.warning("e-graph: a rewritten graph could not be encoded (%s); skipped",
-                        str(err).strip().splitlines()[0] if str(err).strip() else err)
+                        first_line(err))
             return None
         self.graphs += 1
         self.enodes = len(read_egraph(self.egraph).nodes)
@@ -227,7 +227,7 @@ class _Search:
                 mod = self.table.rebuild(self.mod, graph.root, choice)
             except Exception as err:  # noqa: BLE001  (a graph that does not rebuild is dropped)
                 log.warning("the %s-extracted graph does not rebuild (%s); dropped", name,
-                            str(err).strip().splitlines()[0] if str(err).strip() else err)
+                            first_line(err))
                 continue
             found[name] = (self.memo(mod), mod)
         return found
@@ -240,7 +240,14 @@ def eqsat(mod, cost: Cost, *, rules: Sequence[Rule] | None = None,
     from harl.graph.rules import ALL_RULES
 
     start = time.perf_counter()
-    search = _Search(mod, cost, ALL_RULES if rules is None else rules, config or EqsatConfig())
+    try:
+        search = _Search(mod, cost, ALL_RULES if rules is None else rules,
+                         config or EqsatConfig())
+    except Exception as err:  # noqa: BLE001  (the graph stands when it cannot be encoded)
+        log.warning("e-graph: the graph cannot be encoded (%s); it stands", first_line(err))
+        value = CostMemo(cost)(mod)
+        return EqsatResult(mod, value, value, "original", [], {"original": value},
+                           {"original": mod}, seconds=time.perf_counter() - start)
     iterations = search.run()
     found = search.extract()
     source = min(found, key=lambda k: (found[k][0], k != "original"))
