@@ -17,19 +17,14 @@ import inspect
 import json
 import math
 import re
-import sys
 import textwrap
+import tomllib
 import types
 import typing
 from pathlib import Path
 
 from harl.config import CostModelConfig, MeasureConfig, RpcConfig, TuneConfig, VerifyConfig
 from harl.errors import HarlError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover  (Python 3.10: the same parser, as a package)
-    import tomli as tomllib
 
 NOT_IN_FILE = {
     "model": "the model is given on the command line",

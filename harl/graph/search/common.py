@@ -1,0 +1,63 @@
+"""What every graph search shares: its actions (a rule at one match), applying them without
+letting a failing rule end the search, and a cost memo keyed by the graph's structure."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from harl.graph.rule import Match, Rule
+
+log = logging.getLogger(__name__)
+
+Cost = Callable[[object], float]
+"""a graph's estimated latency in ms (lower is better): IRModule -> float"""
+
+
+def actions(mod, rules: Sequence[Rule]) -> list[tuple[Rule, Match]]:
+    """Every (rule, match) applicable to `mod`; a rule whose matching fails is skipped with
+    one warning."""
+    out = []
+    for rule in rules:
+        try:
+            out.extend((rule, match) for match in rule.matches(mod))
+        except Exception as err:  # noqa: BLE001  (a broken rule must not end the search)
+            log.warning("graph rule %s: matching failed (%s); skipped", rule.name,
+                        first_line(err))
+    return out
+
+
+def try_apply(rule: Rule, match: Match, mod):
+    """`mod` rewritten by `rule` at `match`, or None (with one warning) when it fails."""
+    try:
+        return rule.apply(mod, match)
+    except Exception as err:  # noqa: BLE001
+        log.warning("graph rewrite %s failed (%s); skipped", match, first_line(err))
+        return None
+
+
+def first_line(err: Exception) -> str:
+    """An exception's message cut to its first line (TVM's run to pages)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+class CostMemo:
+    """`cost` cached by the structure of the module's main function; counts evaluations.
+    A graph whose cost cannot be computed costs infinity (with one warning)."""
+
+    def __init__(self, cost: Cost):
+        self.cost, self.cache, self.evals = cost, {}, 0
+
+    def __call__(self, mod) -> float:
+        import tvm_ffi
+
+        key = tvm_ffi.structural_hash(mod["main"], map_free_vars=True)
+        if key not in self.cache:
+            self.evals += 1
+            try:
+                self.cache[key] = float(self.cost(mod))
+            except Exception as err:  # noqa: BLE001
+                log.warning("graph cost failed (%s); graph skipped", first_line(err))
+                self.cache[key] = float("inf")
+        return self.cache[key]
