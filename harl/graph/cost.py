@@ -88,17 +88,23 @@ class Calibration:
 
     @classmethod
     def fit(cls, predicted_ms, measured_ms, min_points: int = MIN_FIT_POINTS) -> Calibration:
-        """Least squares in log-log over pairs of predicted and measured ms, the slope clipped
-        to `SLOPE_RANGE`; the offset alone (slope 1) with fewer than `min_points` pairs or no
-        spread in the predictions."""
+        """Least squares in log-log over pairs of predicted and measured ms, each pair weighted
+        by its measured ms (the tasks that make up a graph's latency decide the line, not the
+        reshapes of a few nanoseconds), the slope clipped to `SLOPE_RANGE`; the offset alone
+        (slope 1) with fewer than `min_points` pairs or no spread in the predictions."""
+        measured = np.maximum(np.asarray(measured_ms, dtype=float), 1e-9)
         x = np.log(np.maximum(np.asarray(predicted_ms, dtype=float), 1e-9))
-        y = np.log(np.maximum(np.asarray(measured_ms, dtype=float), 1e-9))
+        y = np.log(measured)
         if x.size == 0:
             return cls()
+        weights = measured / measured.sum()
+        x_mean, y_mean = float(weights @ x), float(weights @ y)
+        x_var = float(weights @ (x - x_mean) ** 2)
         slope = 1.0
-        if x.size >= min_points and x.std() > 1e-6:
-            slope = float(np.clip(np.cov(x, y, bias=True)[0, 1] / x.var(), *SLOPE_RANGE))
-        return cls(float(y.mean() - slope * x.mean()), slope, int(x.size))
+        if x.size >= min_points and x_var > 1e-12:
+            covariance = float(weights @ ((x - x_mean) * (y - y_mean)))
+            slope = float(np.clip(covariance / x_var, *SLOPE_RANGE))
+        return cls(y_mean - slope * x_mean, slope, int(x.size))
 
 
 def argument_bytes(mod) -> float:
