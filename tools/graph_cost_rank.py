@@ -139,6 +139,7 @@ def tuned_new_tasks(made, database, target, trials: int, work_dir: Path):
     if not new:
         return database
     print(f"tuning {len(new)} tasks the database lacks, {trials} trials each ...")
+    work_dir.mkdir(parents=True, exist_ok=True)
     contexts = [ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
                                search_strategy="evolutionary", task_name=task.name,
                                num_threads=local_cpu_count()) for task in new.values()]
