@@ -5,8 +5,7 @@ merged with the weights lifted to parameters, NHWC conv layouts, transposes fold
 matmuls, single operators kept out of fusion by marking their PrimFunc opaque), estimates each
 with the graph cost model, compiles each (with a harl work dir's database where given:
 `compile_relax` applies it; tasks it lacks keep TVM's default schedules, or get the cost
-model's pick with --picks, as harl's own builds give them, or are tuned by MetaSchedule first
-with --tune-new, apart from the database the estimator reads), times them in interleaved rounds
+model's pick with --picks, as harl's own builds give them), times them in interleaved rounds
 on the relax VM, and prints Spearman's rank correlation of estimated against measured latency.
 
     python tools/graph_cost_rank.py tasks/examples/cnn.onnx --work-dir logs/cost_cnn
@@ -122,33 +121,6 @@ def with_picks(database, mod, target, scorer):
     return with_predicted(database, tasks, wanted, target, scorer)[0]
 
 
-def tuned_new_tasks(made, database, target, trials: int, work_dir: Path):
-    """`database` joined with a MetaSchedule tuning (`trials` per task) of the variants' tasks it
-    lacks: what those tasks would measure once tuned, kept apart from the estimator's database."""
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.utils import shash2hex
-
-    from harl.frontend.tasks import extract_tasks
-    from harl.target import local_cpu_count
-
-    new = {}
-    for _, mod in made:
-        for task in extract_tasks(mod, target):
-            if not database.has_workload(task.mod):
-                new.setdefault(shash2hex(task.mod), task)
-    if not new:
-        return database
-    print(f"tuning {len(new)} tasks the database lacks, {trials} trials each ...")
-    work_dir.mkdir(parents=True, exist_ok=True)
-    contexts = [ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
-                               search_strategy="evolutionary", task_name=task.name,
-                               num_threads=local_cpu_count()) for task in new.values()]
-    tuned = ms.tune_tasks(tasks=contexts, task_weights=[1.0] * len(contexts),
-                          work_dir=str(work_dir), max_trials_global=trials * len(contexts),
-                          max_trials_per_task=trials, num_trials_per_iter=trials)
-    return ms.database.UnionDatabase(database, tuned)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", type=Path)
@@ -156,10 +128,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="a harl work dir: its database is measured from and compiled with")
     parser.add_argument("--picks", action="store_true",
                         help="compile tasks the database lacks with the cost model's picks")
-    parser.add_argument("--tune-new", type=int, default=0, metavar="TRIALS",
-                        help="tune the tasks the database lacks, TRIALS each, before timing")
-    parser.add_argument("--tune-dir", type=Path, default=Path("logs/graph_cost_rank"),
-                        help="MetaSchedule's work dir for --tune-new")
     parser.add_argument("--no-scorer", action="store_true",
                         help="estimate from roofline times alone (the cost model left out)")
     parser.add_argument("--max-opaque", type=int, default=12,
@@ -202,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - started:.2f} s)")
     rng = np.random.default_rng(0)
     inputs = {s.name: rng.standard_normal(s.shape).astype(s.dtype) for s in model.inputs}
-    if args.tune_new:
-        database = tuned_new_tasks(made, database, target, args.tune_new, args.tune_dir)
     compiled = []
     for _, mod in made:
         db = with_picks(database, mod, target, estimator.scorer) if args.picks else database
