@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tune only: skip compiling, checking and timing the tuned model")
     parser.add_argument("--no-prior", dest="cost_prior", action="store_false", default=None,
                         help=_help("cost_prior") + " (on by default; this turns it off)")
+    parser.add_argument("--graph", default=None, choices=["off", "greedy", "eqsat"],
+                        help="search rewrites of the model's graph before tuning its tasks "
+                             "(greedy: the best rewrite while the estimated latency drops; "
+                             "eqsat: equality saturation guided by MCTS), again with the tuned "
+                             "latencies before the last share of the trials; [graph] in a "
+                             "config file sets its limits (default off)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     return parser
 
@@ -86,7 +92,7 @@ FLAG_FIELDS = {
     "strategy": ("strategy",), "trials_per_batch": ("trials_per_batch",), "seed": ("seed",),
     "quiet": ("quiet",), "evaluate": ("evaluate",), "cost_prior": ("cost_prior",),
     "build_timeout": ("measure", "build_timeout_s"), "run_timeout": ("measure", "run_timeout_s"),
-    "reference_timing": ("measure", "reference_timing"),
+    "reference_timing": ("measure", "reference_timing"), "graph": ("graph", "method"),
 }
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from harl.agents.task_allocator import AllocatorConfig
+    from harl.graph.config import GraphConfig
     from harl.measure.build_pool import StragglerCutoff
     from harl.naive_nests import NaiveNestConfig
     from harl.search.search_config import HarlSearchConfig
@@ -119,6 +120,12 @@ def _allocator_config() -> AllocatorConfig:
     return AllocatorConfig()
 
 
+def _graph_config() -> GraphConfig:
+    from harl.graph.config import GraphConfig
+
+    return GraphConfig()
+
+
 def _nests_config() -> NaiveNestConfig:
     from harl.naive_nests import NaiveNestConfig
 
@@ -163,6 +170,9 @@ class TuneConfig:
     nests: NaiveNestConfig = doc("when harl's strategy measures TVM's unscheduled loop nests",
                                  default_factory=_nests_config)
     cost_model: CostModelConfig = field(default_factory=CostModelConfig)
+    graph: GraphConfig = doc("the graph level: which rewrites of the imported graph are searched "
+                             "before its tasks are tuned (harl.graph)",
+                             default_factory=_graph_config)
     config_changed_ok: bool = doc("resume a run in the work dir even though its recorded config "
                                   "differs from this one", default=False)
 

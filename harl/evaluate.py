@@ -6,12 +6,20 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from harl.frontend.large_models import serialised
 from harl.frontend.onnx_model import OnnxModel
-from harl.target import is_gpu, use_nvcc_for_cuda
+from harl.target import gpu_visible, is_gpu, local_cpu_count, use_nvcc_for_cuda
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from harl.config import TuneConfig
+    from harl.report.phases import PhaseClock
+    from harl.report.summary import RunReport
 
 
 @dataclass(frozen=True)
@@ -227,3 +235,45 @@ def _abs_diff(got: np.ndarray, want: np.ndarray) -> np.ndarray:
 def _within(diff: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> np.ndarray:
     """Where |got - want| <= atol + rtol * |want|: the tolerance of every output check."""
     return diff <= atol + rtol * np.abs(want)
+
+
+def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
+                  *, config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
+    """Fill the report's latencies and output check (skipped when the target is not here);
+    `clock` laps the compile and check, then the timing; TVM's C++ warnings while compiling go
+    to `tvm_log`."""
+    from harl.measure import cpu_load
+    from harl.tvm_env import native_logs_into
+
+    if is_gpu(target) and not gpu_visible():
+        report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
+        return
+    names = [spec.name for spec in model.inputs]
+    inputs = model.random_inputs(config.seed)
+    with native_logs_into(tvm_log):
+        tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
+        untuned = CompiledModel(compile_model(relax_mod, target), target, names)
+    reference = OnnxRuntimeModel(model, threads=local_cpu_count())
+
+    expected = reference.run(inputs)
+    rtol, atol = config.verify.tolerances(output.dtype for output in expected)
+    verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,
+                           list(model.output_names), rtol=rtol, atol=atol)
+    check = verdict.check
+    report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
+    report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
+    report.verified_against = verdict.reference
+    if verdict.untuned_vs_onnxruntime is not None:
+        report.untuned_max_abs_err = verdict.untuned_vs_onnxruntime.max_abs_err
+    clock.lap("compile_verify")
+
+    runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
+    rounds = 4
+    before = cpu_load.snapshot()
+    samples = latencies_within_ms(runners, inputs, rounds=rounds,
+                                  max_repeats=max(1, config.verify.latency_repeats // rounds),
+                                  seconds=config.verify.timing_seconds)
+    others = cpu_load.other_load_cores(before, cpu_load.snapshot())
+    report.timing_other_cores = None if others is None else round(others, 3)
+    report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
+    clock.lap("timing")

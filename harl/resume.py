@@ -32,7 +32,8 @@ MANIFEST_FILE = "run.json"
 HISTORY_FILE = "history.csv"
 # Everything a run writes; --fresh moves these aside.
 RUN_FILES = (MANIFEST_FILE, WORKLOAD_FILE, RECORD_FILE, HISTORY_FILE, "report.json",
-             METRICS_FILE, AGENTS_DIR, "logs")
+             METRICS_FILE, AGENTS_DIR, "logs",
+             "graph.json", "model_rewritten.json")  # harl.graph.pipeline's graph files
 FAILED_RUN_SECS = 1e9  # MetaSchedule records a failed trial with run_secs [1e10]
 
 

@@ -6,6 +6,7 @@ This is the one outer loop; every step lives in its own module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -15,13 +16,7 @@ from harl.config import TuneConfig
 from harl.config_file import recorded, refuse_changed_config, to_toml
 from harl.database.repair import load_database
 from harl.errors import HarlError, VerificationError
-from harl.evaluate import (
-    CompiledModel,
-    OnnxRuntimeModel,
-    compile_model,
-    latencies_within_ms,
-    verify_tuned,
-)
+from harl.evaluate import evaluate_into
 from harl.frontend.graph_writer import set_input_shapes
 from harl.frontend.large_models import save_beside_weights, serialised
 from harl.frontend.lowering import describe_lowered
@@ -32,8 +27,8 @@ from harl.frontend.onnx_model import (
     load_onnx,
 )
 from harl.frontend.tasks import extract_tasks
+from harl.graph.pipeline import GraphStage, first_budget, summary_line, trials_in
 from harl.loop import LoopResume, LoopSettings, default_batch_size, tune_tasks
-from harl.measure import cpu_load
 from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
 from harl.report.history import TaskStats, last_history_time_s
@@ -146,9 +141,14 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     quiet_tvm_loggers(tvm_log)
     load_tensor_intrinsics(target)
     with native_logs_into(tvm_log):
-        imported, relax_mod = import_model(model, fast_math=not is_gpu(target))
-        tasks = extract_tasks(relax_mod, target)
-    serve_unknown_schedule_rules([task.mod for task in tasks], target)
+        imported, original = import_model(model, fast_math=not is_gpu(target))
+    graph, relax_mod = None, original
+    if config.graph.method != "off":  # rewrite the graph before its tasks are cut out
+        graph = GraphStage(config.graph, work_dir=work_dir, target=target, model=model,
+                           verify=config.verify, seed=config.seed)
+        with native_logs_into(tvm_log):
+            relax_mod = graph.first(original)
+    tasks = _tasks_of(relax_mod, target, tvm_log)
     rewrites = []
     if imported.shapes_folded:
         rewrites.append("it computes some tensor shapes in its graph: they are folded by "
@@ -185,29 +185,32 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
                         f"tasks of {cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the "
                         "run's model has learned the task (--no-prior: the run's model only)")
     resume = resume_state(work_dir, tasks)
-    remaining = config.trials - resume.prior.trials
-    if resume.prior.trials:
-        logger.info(f"harl: resuming: {resume.prior.trials} trials already in the database, "
+    # With --graph, the trials of every graph tuned count (--trials caps them all).
+    resumed = trials_in(resume.database) if graph else resume.prior.trials
+    remaining = config.trials - resumed
+    if resumed:
+        logger.info(f"harl: resuming: {resumed} trials already in the database, "
                     + (f"{remaining} to go" if remaining > 0 else f"the budget of "
                        f"{config.trials} is spent; going straight to compile and verify"))
 
-    # 2. Tune
+    # 2. Tune (with --graph: most of the trials, a second graph search, the rest)
     clock.lap("setup")
-    plan = None
     stage_clock = StageClock()
-    if remaining > 0:
-        plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores, tasks=tasks,
-                         overlap=config.rpc is not None,  # the farm's futures are pending
-                         cost_prior=cost_prior, search=config.search,
-                         allocator=config.allocator, nests=config.nests,
-                         cost_model=config.cost_model)
-        settings = LoopSettings(trials=remaining, trials_per_batch=batch, seed=config.seed,
-                                num_cores=num_cores)
-        progress = Progress(config.trials, enabled=False if config.quiet else None,
-                            done_before=resume.prior.trials)
-        tune_tasks(tasks, target, plan, work_dir, settings=settings, measure=config.measure,
-                   progress=progress, resume=resume,
-                   rpc=config.rpc, clock=stage_clock)
+    step = functools.partial(_tune_step, target=target, work_dir=work_dir, config=config,
+                             batch=batch, num_cores=num_cores, cost_prior=cost_prior,
+                             clock=stage_clock)
+    first = first_budget(config.trials, config.graph) if graph else config.trials
+    plans = [step(tasks, resume, trials=first - resumed, done=resumed)]
+    if graph is not None:
+        with native_logs_into(tvm_log):
+            chosen = graph.second(original, relax_mod)
+        if chosen is not relax_mod:
+            relax_mod, tasks = chosen, _tasks_of(chosen, target, tvm_log)
+        resume = resume_state(work_dir, tasks)
+        done = trials_in(resume.database)
+        plans.append(step(tasks, resume, trials=config.trials - done, done=done))
+    plans = [plan for plan in plans if plan is not None]
+    plan = plans[-1] if plans else None
     database, stats = resume.database, resume.stats
     tune_seconds = clock.lap("tuning")
 
@@ -215,18 +218,17 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     report = RunReport(
         model=str(config.model), target=str(target), gpu_target=is_gpu(target),
         strategy=config.strategy,
-        trials=config.trials, trials_done=sum(s.trials for s in stats),
-        trials_resumed=resume.prior.trials, seed=config.seed,
+        trials=config.trials,
+        trials_done=trials_in(database) if graph else sum(s.trials for s in stats),
+        trials_resumed=resumed, seed=config.seed,
         tune_seconds=round(tune_seconds, 2), tasks=task_summaries(stats),
         work_dir=str(work_dir),
-        agent_seconds={k: round(v, 3) for k, v in (
-            plan.metrics.totals if plan is not None and plan.metrics else {}).items()},
-        agent_stage_seconds={k: round(v, 3) for k, v in (
-            plan.metrics.stages if plan is not None and plan.metrics else {}).items()},
+        agent_seconds=_metric_sums(plans, "totals"),
+        agent_stage_seconds=_metric_sums(plans, "stages"),
         cost_prior=cost_prior is not None,
         runtime_threads=runtime_threads,
         measure_other_cores=_rounded(stage_clock.others_while_measuring()),
-        config=recorded(config),
+        config=recorded(config), graph=graph.entry if graph else None,
     )
     if config.evaluate:
         compile_database = database
@@ -243,6 +245,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     report.phase_seconds = {phase: round(value, 2) for phase, value in clock.seconds.items()}
     report.write(work_dir / "report.json")
     logger.info(format_summary(report))
+    if graph is not None:
+        logger.info(summary_line(graph.entry))
     logger.info(f"harl: database, history.csv and report.json in {work_dir}")
     if report.verified is False:
         raise VerificationError(
@@ -251,6 +255,41 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
             f"{report.max_abs_err:.3g} (rtol {report.rtol:g}, atol {report.atol:g}); "
             f"database kept in {work_dir}")
     return report
+
+
+def _tasks_of(relax_mod, target, tvm_log: Path):
+    """The graph's tuning tasks, with schedule rules served for the ops TVM has none for."""
+    with native_logs_into(tvm_log):
+        tasks = extract_tasks(relax_mod, target)
+    serve_unknown_schedule_rules([task.mod for task in tasks], target)
+    return tasks
+
+
+def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, work_dir: Path,
+               config: TuneConfig, batch: int, num_cores: int, cost_prior, clock: StageClock):
+    """Tune `tasks` for `trials` more trials (`done` already measured); returns the search plan,
+    or None where no trial is left."""
+    if trials <= 0:
+        return None
+    plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores, tasks=tasks,
+                     overlap=config.rpc is not None,  # the farm's futures are pending
+                     cost_prior=cost_prior, search=config.search, allocator=config.allocator,
+                     nests=config.nests, cost_model=config.cost_model)
+    settings = LoopSettings(trials=trials, trials_per_batch=batch, seed=config.seed,
+                            num_cores=num_cores)
+    progress = Progress(config.trials, enabled=False if config.quiet else None, done_before=done)
+    tune_tasks(tasks, target, plan, work_dir, settings=settings, measure=config.measure,
+               progress=progress, resume=resume, rpc=config.rpc, clock=clock)
+    return plan
+
+
+def _metric_sums(plans, part: str) -> dict[str, float]:
+    """The search plans' agent seconds (`part`: "totals" or "stages"), summed."""
+    sums: dict[str, float] = {}
+    for plan in plans:
+        for key, value in (getattr(plan.metrics, part) if plan.metrics else {}).items():
+            sums[key] = sums.get(key, 0.0) + value
+    return {key: round(value, 3) for key, value in sums.items()}
 
 
 def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior: PriorRun,
@@ -296,44 +335,6 @@ def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior:
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
-
-
-def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, database,
-                  *, config: TuneConfig, clock: PhaseClock, tvm_log: Path) -> None:
-    """Fill the report's latencies and output check (skipped when the target is not here);
-    `clock` laps the compile and check, then the timing; TVM's C++ warnings while compiling go
-    to `tvm_log`."""
-    if is_gpu(target) and not gpu_visible():
-        report.latency_ms = {"untuned": None, "tuned": None, "onnxruntime": None}
-        return
-    names = [spec.name for spec in model.inputs]
-    inputs = model.random_inputs(config.seed)
-    with native_logs_into(tvm_log):
-        tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
-        untuned = CompiledModel(compile_model(relax_mod, target), target, names)
-    reference = OnnxRuntimeModel(model, threads=local_cpu_count())
-
-    expected = reference.run(inputs)
-    rtol, atol = config.verify.tolerances(output.dtype for output in expected)
-    verdict = verify_tuned(tuned.run(inputs), untuned.run(inputs), expected,
-                           list(model.output_names), rtol=rtol, atol=atol)
-    check = verdict.check
-    report.max_abs_err, report.worst_output = check.max_abs_err, check.worst_output
-    report.rtol, report.atol, report.verified = check.rtol, check.atol, check.verified
-    report.verified_against = verdict.reference
-    if verdict.untuned_vs_onnxruntime is not None:
-        report.untuned_max_abs_err = verdict.untuned_vs_onnxruntime.max_abs_err
-    clock.lap("compile_verify")
-
-    runners = {"untuned": untuned, "tuned": tuned, "onnxruntime": reference}
-    rounds = 4
-    before = cpu_load.snapshot()
-    samples = latencies_within_ms(runners, inputs, rounds=rounds,
-                                  max_repeats=max(1, config.verify.latency_repeats // rounds),
-                                  seconds=config.verify.timing_seconds)
-    report.timing_other_cores = _rounded(cpu_load.other_load_cores(before, cpu_load.snapshot()))
-    report.latency_ms = {key: round(sorted(v)[len(v) // 2], 6) for key, v in samples.items()}
-    clock.lap("timing")
 
 
 def _named_work_dir(args) -> Path:

@@ -64,6 +64,8 @@ class RunReport:
     measure_other_cores: float | None = None
     # The effective config (harl.config_file.recorded): defaults, config file and flags merged
     config: dict = field(default_factory=dict)
+    # The graph level (--graph; harl.graph.pipeline): how the tuned graph was chosen
+    graph: dict | None = None
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")

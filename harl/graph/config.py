@@ -1,0 +1,42 @@
+"""How `python -m harl.tune --graph` searches the graph (the `[graph]` table of a config file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harl.graph.search.eqsat import EqsatConfig
+
+METHODS = ("off", "greedy", "eqsat")
+"""graph searches: none, TASO-style greedy, equality saturation + MCTS"""
+
+
+def _eqsat_config() -> EqsatConfig:
+    """Limits that fit 2 cores: the e-graph search ends in about a minute on the examples."""
+    return EqsatConfig(node_limit=2000, iterations=24, time_limit_s=60.0, ilp_time_limit_s=10.0)
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """The graph level: rewrite the imported graph before its tasks are tuned."""
+
+    method: str = "off"
+    """off | greedy | eqsat: search the graph's rewrites before tuning (greedy: apply the best
+    rewrite while the estimated latency drops; eqsat: equality saturation guided by MCTS)"""
+    retune_share: float = 0.25
+    """the share of the trial budget kept for after the second search, which prices graphs with
+    the latencies tuned so far; a changed graph's new tasks are tuned with it"""
+    greedy_max_evals: int = 60
+    """greedy: stop after costing this many distinct graphs"""
+    cost_samples: int = 16
+    """random schedules of an unmeasured task the cost model scores to estimate its latency
+    (0: the roofline time alone; the second search then skips training a model on the run's
+    records)"""
+    eqsat: EqsatConfig = field(default_factory=_eqsat_config)
+    """eqsat: the e-graph's size, time and extraction limits"""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"graph.method must be one of {', '.join(METHODS)}, "
+                             f"not {self.method!r}")
+        if not 0.0 <= self.retune_share < 1.0:
+            raise ValueError(f"graph.retune_share must be in [0, 1), not {self.retune_share}")

@@ -1,0 +1,243 @@
+"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat`).
+
+Before tuning, the chosen search rewrites the imported graph, priced by `GraphCostModel` (the
+cost-model prior, and the work dir's measured tasks where it holds any); the rewritten graph is
+compiled untuned and run against the original on the same random inputs, and one that does not
+match, or a search that raises, is dropped with one line: the original stands. After most of the
+trials (all but `retune_share`), the search runs again from the original graph, now priced with
+the tuned latencies; a graph it finds cheaper than the one being tuned (and that matches the
+original) takes its place, and the rest of the trials tune its tasks.
+
+The chosen graph is saved in the work dir (`model_rewritten.json`, `tvm.ir.save_json` of the
+Relax module, loadable by plain TVM with `tvm.ir.load_json`), with `graph.json` saying how it
+was found; a resumed run reuses both instead of searching again, so it tunes the same tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from harl.graph.config import GraphConfig
+from harl.graph.search.common import first_line
+
+logger = logging.getLogger(__name__)
+
+GRAPH_FILE = "graph.json"
+"""how the run's graph was chosen: the method, the rewrites, the estimates, the second search"""
+REWRITTEN_FILE = "model_rewritten.json"
+"""the rewritten Relax module (absent where the imported graph stands)"""
+
+
+def trials_in(database) -> int:
+    """Trials (records of searched schedules) the database holds, over every workload: the
+    tasks of every graph the run has tuned."""
+    from harl.naive_nests import is_naive_trace
+
+    return sum(not is_naive_trace(record.trace) for record in database.get_all_tuning_records())
+
+
+def first_budget(trials: int, config: GraphConfig) -> int:
+    """Trials tuned before the second search (the rest, `retune_share` of them, after it)."""
+    return trials - int(trials * config.retune_share)
+
+
+def same_graph(a, b) -> bool:
+    import tvm_ffi
+
+    return tvm_ffi.structural_equal(a["main"], b["main"], map_free_vars=True)
+
+
+class GraphStage:
+    """The graph a run tunes, chosen and saved as the module docstring says. `model` is the
+    OnnxModel (its inputs and output names), `verify` the run's VerifyConfig (tolerances)."""
+
+    def __init__(self, config: GraphConfig, *, work_dir: Path, target, model, verify,
+                 seed: int) -> None:
+        self.config, self.work_dir, self.target = config, Path(work_dir), target
+        self.model, self.verify, self.seed = model, verify, seed
+        self.entry: dict = {}
+
+    # -- the two searches ---------------------------------------------------------------------
+
+    def first(self, original):
+        """The graph to tune first: the saved one on a resume, else the search's (verified)."""
+        saved = self._load(original)
+        if saved is not None:
+            return saved
+        self.entry = {"method": self.config.method, "stage": "first", "rewritten": False,
+                      "applied": [], "dropped": None, "second_search": None,
+                      "changed_by_second_search": None}
+        chosen = original
+        try:
+            found, summary = self._search(original, self._cost_model(own_model=False))
+            self.entry.update(summary)
+            chosen = self._checked(original, found, "") or original
+            self.entry["rewritten"] = chosen is not original
+            if chosen is original and self.entry["applied"]:
+                self.entry["dropped_rewrites"] = self.entry["applied"]
+                self.entry["applied"] = []
+        except Exception as err:  # noqa: BLE001  (a failing search never ends the run)
+            self._drop(f"the {self.config.method} search failed ({first_line(err)})")
+        self._save(original, chosen)
+        self._say_first()
+        return chosen
+
+    def second(self, original, current):
+        """The graph for the rest of the trials: the search again, priced with the tuned
+        latencies; `current` where it finds nothing cheaper (or on a resume past it)."""
+        if self.entry.get("stage") == "final":
+            return current
+        chosen, second = current, {}
+        try:
+            cost_model = self._cost_model(own_model=self.config.cost_samples > 0)
+            found, second = self._search(original, cost_model)
+            second["estimated_ms_current"] = cost_model.estimate(current).total_ms
+            if (not same_graph(found, current)
+                    and second["estimated_ms_after"] < second["estimated_ms_current"]):
+                chosen = self._checked(original, found, "second ") or current
+        except Exception as err:  # noqa: BLE001
+            logger.info(f"harl: graph: the second {self.config.method} search failed "
+                        f"({first_line(err)}); the graph being tuned stands")
+            second["failed"] = first_line(err)
+        changed = chosen is not current
+        self.entry.update(stage="final", second_search=second, changed_by_second_search=changed)
+        if changed:
+            self.entry.update(rewritten=not same_graph(chosen, original),
+                              applied=second.get("applied", []))
+        self._save(original, chosen)
+        after = second.get("estimated_ms_after")
+        logger.info("harl: graph: second search with the tuned latencies "
+                    + ("(failed)" if after is None else f"estimates {after:.4g} ms")
+                    + (": a new graph, its tasks tuned with the rest of the trials"
+                       + f" ({', '.join(second.get('applied', [])) or 'no rewrite'})"
+                       if changed else ": the graph being tuned stands"))
+        return chosen
+
+    def _cost_model(self, *, own_model: bool):
+        from harl.database import RECORD_FILE
+        from harl.graph.cost import GraphCostModel
+
+        samples = self.config.cost_samples
+        records = self.work_dir / RECORD_FILE
+        if records.exists() and records.stat().st_size:
+            return GraphCostModel.from_work_dir(self.work_dir, self.target, own_model=own_model,
+                                                samples=samples, seed=self.seed)
+        return GraphCostModel(self.target, samples=samples, seed=self.seed)
+
+    def _search(self, mod, cost_model) -> tuple[object, dict]:
+        from harl.graph.search.eqsat import eqsat
+        from harl.graph.search.greedy import greedy
+
+        def cost(graph) -> float:
+            return cost_model.estimate(graph).total_ms
+
+        if self.config.method == "greedy":
+            result = greedy(mod, cost, max_evals=self.config.greedy_max_evals)
+            return result.mod, {
+                "applied": list(result.applied), "estimated_ms_before": result.trace[0],
+                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
+                "search_seconds": round(result.seconds, 2)}
+        result = eqsat(mod, cost, config=self.config.eqsat)
+        return result.mod, {
+            "applied": list(result.applied) if result.source != "original" else [],
+            "estimated_ms_before": result.initial_cost, "estimated_ms_after": result.cost,
+            "graphs_costed": result.evals, "search_seconds": round(result.seconds, 2),
+            "egraph_enodes": result.enodes, "egraph_eclasses": result.eclasses,
+            "egraph_graphs": result.graphs, "eqsat_winner": result.source}
+
+    # -- checking, saving, loading ------------------------------------------------------------
+
+    def _checked(self, original, found, which: str):
+        """`found` where it is the original or a graph whose outputs match the original's;
+        None (with one line) where it does not match."""
+        if same_graph(found, original):
+            return original
+        why = self.mismatch(original, found)
+        if why is not None:
+            self._drop(f"the {which}rewritten graph does not match the original ({why})")
+            return None
+        return found
+
+    def mismatch(self, original, rewritten) -> str | None:
+        """None where `rewritten`, compiled untuned, gives the original's outputs on the run's
+        random inputs (the run's output tolerances); else what differs."""
+        from harl.evaluate import CompiledModel, check_outputs, compile_model
+
+        names = [spec.name for spec in self.model.inputs]
+        inputs = self.model.random_inputs(self.seed)
+        want = CompiledModel(compile_model(original, self.target), self.target, names).run(inputs)
+        got = CompiledModel(compile_model(rewritten, self.target), self.target, names).run(inputs)
+        rtol, atol = self.verify.tolerances(output.dtype for output in want)
+        check = check_outputs(got, want, list(self.model.output_names), rtol=rtol, atol=atol)
+        if check.verified:
+            return None
+        return f"output {check.worst_output!r} differs by {check.max_abs_err:.3g}"
+
+    def _drop(self, why: str) -> None:
+        self.entry["dropped"] = why
+        stands = "the graph being tuned" if self.entry.get("stage") == "first" and (
+            "second" in why) else "the original graph"
+        logger.info(f"harl: graph: {why}; {stands} stands")
+
+    def _say_first(self) -> None:
+        entry = self.entry
+        if entry.get("dropped") is not None:
+            return
+        before, after = entry.get("estimated_ms_before"), entry.get("estimated_ms_after")
+        size = (f", e-graph {entry['egraph_enodes']} e-nodes" if "egraph_enodes" in entry
+                else "")
+        logger.info(f"harl: graph: {self.config.method} applied {len(entry['applied'])} "
+                    f"rewrite(s) ({', '.join(entry['applied']) or 'none'}): estimated "
+                    f"{before:.4g} -> {after:.4g} ms in {entry.get('search_seconds', 0):g} s"
+                    f"{size}")
+
+    def _save(self, original, chosen) -> None:
+        import tvm
+
+        rewritten = self.work_dir / REWRITTEN_FILE
+        if chosen is original:
+            rewritten.unlink(missing_ok=True)
+        else:
+            part = rewritten.with_suffix(".part")
+            part.write_text(tvm.ir.save_json(chosen))
+            part.replace(rewritten)
+        part = self.work_dir / (GRAPH_FILE + ".part")
+        part.write_text(json.dumps(self.entry, indent=2) + "\n")
+        part.replace(self.work_dir / GRAPH_FILE)
+
+    def _load(self, original):
+        """The graph an earlier run in the work dir chose with the same method, or None."""
+        import tvm
+
+        try:
+            entry = json.loads((self.work_dir / GRAPH_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if entry.get("method") != self.config.method:
+            return None
+        try:
+            mod = (tvm.ir.load_json((self.work_dir / REWRITTEN_FILE).read_text())
+                   if entry.get("rewritten") else original)
+        except Exception as err:  # noqa: BLE001
+            logger.info(f"harl: graph: the saved graph does not load ({first_line(err)}); "
+                        "searching again")
+            return None
+        self.entry = entry
+        logger.info(f"harl: graph: resuming with the graph chosen before ({GRAPH_FILE}: "
+                    f"{len(entry.get('applied', []))} rewrite(s))")
+        return mod
+
+
+def summary_line(entry: dict) -> str:
+    """The report's one line on the graph level."""
+    if entry.get("dropped") and not entry.get("rewritten"):
+        return f"graph ({entry['method']}): original graph ({entry['dropped']})"
+    before, after = entry.get("estimated_ms_before"), entry.get("estimated_ms_after")
+    estimate = (f", estimated {before:.4g} -> {after:.4g} ms"
+                if before is not None and after is not None else "")
+    second = {True: ", changed by the second search", False: ", kept by the second search",
+              None: ""}[entry.get("changed_by_second_search")]
+    return (f"graph ({entry['method']}): {len(entry.get('applied', []))} rewrite(s)"
+            f"{estimate}{second}")
