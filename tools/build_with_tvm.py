@@ -1,6 +1,7 @@
 """Compile an ONNX model with a harl work dir's database using plain TVM (no harl import).
 
     python tools/build_with_tvm.py MODEL.onnx WORK_DIR [--reference ORIGINAL.onnx]
+                                   [--graph WORK_DIR/model_rewritten.json]
 
 Shows that harl's tuning logs are ordinary MetaSchedule databases: it counts the model's fused
 functions that the database schedules, runs the build on random inputs and compares it with
@@ -8,6 +9,12 @@ onnxruntime. Exits 1 if no tuned function was applied or the outputs disagree. M
 graph harl imported: the model itself, or the work dir's `model_imported.onnx` where harl
 rewrote it; `--reference` names the model onnxruntime runs (default: MODEL; the original where
 the rewrite holds operators onnxruntime lacks, such as ConvInteger's int32 Conv).
+
+Where harl rewrote the graph itself (`--graph greedy|eqsat`), the tuned tasks are those of the
+rewritten Relax module it saved in the work dir as `model_rewritten.json` (`tvm.ir.save_json`):
+that module is built instead of MODEL's import (picked up from WORK_DIR, or named by `--graph`;
+`--graph none` builds MODEL's import regardless); MODEL still gives the inputs and onnxruntime's
+reference.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 from tvm.s_tir import meta_schedule as ms
+
+REWRITTEN_FILE = "model_rewritten.json"
+"""the rewritten graph harl saves in a work dir (harl.graph.pipeline.REWRITTEN_FILE)"""
 
 
 def load_database(work_dir: Path):
@@ -93,6 +103,10 @@ def main() -> int:
     parser.add_argument("--atol", type=float, default=1e-4)
     parser.add_argument("--reference", type=Path, default=None,
                         help="the model onnxruntime runs (default: MODEL)")
+    parser.add_argument("--graph", default=None, metavar="MODEL_REWRITTEN.json",
+                        help="the Relax module to build, saved by tvm.ir.save_json (default: "
+                             "WORK_DIR/model_rewritten.json where it exists; 'none': MODEL's "
+                             "import)")
     args = parser.parse_args()
 
     model = onnx.load(str(args.model))
@@ -102,8 +116,15 @@ def main() -> int:
         print(f"no tuning records in {args.work_dir}", file=sys.stderr)
         return 1
     target = records[0].target  # the target the schedules were tuned for
-    mod = from_onnx(model, keep_params_in_input=False)
-    mod = for_inference(mod, target)
+    graph = args.graph or (args.work_dir / REWRITTEN_FILE)
+    if args.graph != "none" and Path(graph).exists():  # the graph harl rewrote and tuned
+        mod = tvm.ir.load_json(Path(graph).read_text())
+        print(f"graph: {graph}")
+    elif args.graph not in (None, "none"):
+        print(f"no such graph file: {graph}", file=sys.stderr)
+        return 1
+    else:
+        mod = for_inference(from_onnx(model, keep_params_in_input=False), target)
     scheduled, total = count_applied(mod, target, database)
     print(f"tuned functions applied: {scheduled}/{total}")
 
