@@ -8,7 +8,8 @@ and onnxruntime) is timed round-robin, in each of a few fresh processes as `tool
 times them (benchlib.timing), and medians over processes and ratios are printed. With
 --with-picks each work dir is also built the way `python -m harl.tune` compiles it: the tasks
 without a measured record get the pick of a cost model trained on the dir's records
-(harl/untuned.py).
+(harl/untuned.py). A work dir whose run rewrote the graph (`--graph`) is built from its
+`model_rewritten.json`.
 """
 
 from __future__ import annotations

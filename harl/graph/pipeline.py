@@ -239,5 +239,6 @@ def summary_line(entry: dict) -> str:
                 if before is not None and after is not None else "")
     second = {True: ", changed by the second search", False: ", kept by the second search",
               None: ""}[entry.get("changed_by_second_search")]
+    size = f", e-graph {entry['egraph_enodes']} e-nodes" if "egraph_enodes" in entry else ""
     return (f"graph ({entry['method']}): {len(entry.get('applied', []))} rewrite(s)"
-            f"{estimate}{second}")
+            f"{estimate}, search {entry.get('search_seconds', 0):g} s{size}{second}")

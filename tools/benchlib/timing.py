@@ -79,13 +79,14 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     untuned_outputs = untuned.run(inputs)
     for work_dir in tuned_dirs:
         database, dir_target = databases[work_dir], records[work_dir][0].target
+        dir_mod = graph_of(Path(work_dir), relax_mod)
         builds = {work_dir: database}
         if with_picks:
-            builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, relax_mod,
+            builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, dir_mod,
                                                             dir_target, say)
         for key, db in builds.items():
             say(f"bench: compiling {Path(key).name} ...")
-            built = CompiledModel(compile_model(relax_mod, dir_target, db), dir_target, names)
+            built = CompiledModel(compile_model(dir_mod, dir_target, db), dir_target, names)
             # as harl.tune checks: against untuned TVM where TVM itself disagrees with onnxruntime
             verdict = verify_tuned(built.run(inputs), untuned_outputs, expected,
                                    list(model.output_names), rtol=settings.rtol, atol=settings.atol)
@@ -106,6 +107,17 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
             + ": these latencies may be off")
     timing.latency_ms = {key: statistics.median(values) for key, values in samples.items()}
     return timing
+
+
+def graph_of(work_dir: Path, relax_mod):
+    """The graph the work dir's run tuned: its saved rewritten graph (`--graph`), if any, else
+    `relax_mod` (the model as harl imports it)."""
+    import tvm
+
+    from harl.graph.pipeline import REWRITTEN_FILE
+
+    path = work_dir / REWRITTEN_FILE
+    return tvm.ir.load_json(path.read_text()) if path.exists() else relax_mod
 
 
 def picked_database(work_dir: Path, database, relax_mod, target, say=print):
