@@ -9,8 +9,8 @@ its buffers hold, at reference rates) divided by the best score the cost model g
 random schedules of the task (a predicted fraction of the best throughput), mapped to
 milliseconds by a log-log line fitted once on the database's measured workloads (so that all
 graphs' estimates share one scale). Ranked on 15 variants of each example model
-(tools/graph_cost_rank.py), the estimates' rank correlation with measured latency was weak to
-moderate (see that tool; timings on a loaded 2-core machine were noisy). Estimates are
+(tools/graph_cost_rank.py), the estimates ranked fusion choices well (Spearman 0.6-0.8) and
+layout changes and merged matmuls wrongly (cheaper estimated, slower measured). Estimates are
 cached by workload: a rewritten graph shares most tasks with the graph it came from, and only
 its new tasks cost anything.
 """
