@@ -166,7 +166,8 @@ def best_score(mod, target, scorer, samples: int = SAMPLES, seed: int = 0) -> fl
     rng = np.random.default_rng(seed)  # per task: a task's estimate does not depend on order
     seeds = [int(rng.integers(1 << 30)) for _ in range(samples)]
     drawn = schedules_of(mod, [sketches[i % len(sketches)] for i in range(samples)],
-                         list(context.space_generator.postprocs), seeds, context.num_threads)
+                         list(context.space_generator.postprocs), seeds,
+                         workers=context.num_threads)
     legal = [sch for sch in drawn if sch is not None]
     if not legal:
         return None
@@ -271,4 +272,4 @@ def _scorer_from_database(database, target):
                  for record in database.get_all_tuning_records()}.values())
     tasks = [TuningTask(f"workload{i}", mod, 1.0, 0.0) for i, mod in enumerate(mods)]
     return scorer_from_records(PriorRun.read(database, mods), tasks, target,
-                               load_cost_prior(target))
+                               cost_prior=load_cost_prior(target))
