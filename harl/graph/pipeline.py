@@ -234,11 +234,12 @@ def summary_line(entry: dict) -> str:
     """The report's one line on the graph level."""
     if entry.get("dropped") and not entry.get("rewritten"):
         return f"graph ({entry['method']}): original graph ({entry['dropped']})"
-    before, after = entry.get("estimated_ms_before"), entry.get("estimated_ms_after")
+    chosen_by = entry.get("second_search") if entry.get("changed_by_second_search") else entry
+    before, after = chosen_by.get("estimated_ms_before"), chosen_by.get("estimated_ms_after")
     estimate = (f", estimated {before:.4g} -> {after:.4g} ms"
                 if before is not None and after is not None else "")
-    second = {True: ", changed by the second search", False: ", kept by the second search",
-              None: ""}[entry.get("changed_by_second_search")]
+    second = {True: ", chosen by the second search (its estimates, from tuned latencies)",
+              False: ", kept by the second search", None: ""}[entry.get("changed_by_second_search")]
     size = f", e-graph {entry['egraph_enodes']} e-nodes" if "egraph_enodes" in entry else ""
     return (f"graph ({entry['method']}): {len(entry.get('applied', []))} rewrite(s)"
             f"{estimate}, search {entry.get('search_seconds', 0):g} s{size}{second}")
