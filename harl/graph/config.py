@@ -25,6 +25,9 @@ class GraphConfig:
     retune_share: float = 0.25
     """the share of the trial budget kept for after the second search, which prices graphs with
     the latencies tuned so far; a changed graph's new tasks are tuned with it"""
+    switch_gain: float = 0.05
+    """the second search replaces the graph being tuned only by one estimated this much faster
+    (relative): the trials spent on tasks the new graph drops are lost to it"""
     greedy_max_evals: int = 60
     """greedy: stop after costing this many distinct graphs"""
     cost_samples: int = 16

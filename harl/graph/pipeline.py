@@ -5,8 +5,8 @@ cost-model prior, and the work dir's measured tasks where it holds any); the rew
 compiled untuned and run against the original on the same random inputs, and one that does not
 match, or a search that raises, is dropped with one line: the original stands. After most of the
 trials (all but `retune_share`), the search runs again from the original graph, now priced with
-the tuned latencies; a graph it finds cheaper than the one being tuned (and that matches the
-original) takes its place, and the rest of the trials tune its tasks.
+the tuned latencies; a graph it finds cheaper than the one being tuned by `switch_gain` (and
+that matches the original) takes its place, and the rest of the trials tune its tasks.
 
 The chosen graph is saved in the work dir (`model_rewritten.json`, `tvm.ir.save_json` of the
 Relax module, loadable by plain TVM with `tvm.ir.load_json`), with `graph.json` saying how it
@@ -95,7 +95,8 @@ class GraphStage:
             found, second = self._search(original, cost_model)
             second["estimated_ms_current"] = cost_model.estimate(current).total_ms
             if (not same_graph(found, current)
-                    and second["estimated_ms_after"] < second["estimated_ms_current"]):
+                    and second["estimated_ms_after"]
+                    < second["estimated_ms_current"] * (1.0 - self.config.switch_gain)):
                 chosen = self._checked(original, found, "second ") or current
         except Exception as err:  # noqa: BLE001
             logger.info(f"harl: graph: the second {self.config.method} search failed "
