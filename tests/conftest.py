@@ -312,3 +312,22 @@ def gru_model(tmp_path) -> Path:
         [weight("W", 1, 24, 4), weight("R", 1, 24, 8), weight("B", 1, 48),
          int64_tensor("last", 4), int64_tensor("flat", [1, 8]), weight("W_out", 8, 3)],
     )
+
+
+def run_relax(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """A Relax module's outputs on `inputs`, built untuned for llvm (copied while the VM lives)."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
+                              tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
+    outs = [out] if hasattr(out, "numpy") else list(out)
+    return [o.numpy().copy() for o in outs]
+
+
+def random_relax_inputs(mod, seed: int = 0) -> list[np.ndarray]:
+    """Standard-normal float32 inputs for a Relax module's static-shaped parameters."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype("float32")
+            for p in mod["main"].params]

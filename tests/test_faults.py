@@ -394,16 +394,21 @@ def test_each_batch_is_on_the_disk_before_the_next_starts(tmp_path, monkeypatch)
     assert {name for name, _ in synced} == {RECORD_FILE, WORKLOAD_FILE, "history.csv"}
 
 
-def test_a_full_disk_stops_the_run_with_the_os_error_and_a_loadable_database(tmp_path,
-                                                                               monkeypatch):
+def _disk_full_after(fsyncs: int, monkeypatch) -> None:
+    """Every fsync after the first `fsyncs` fails as on a full disk."""
     calls = []
 
-    def full_at_the_second_batch(path):
+    def full(path):
         calls.append(path)
-        if len(calls) > 3:
+        if len(calls) > fsyncs:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(durable_module, "fsync_path", full_at_the_second_batch)
+    monkeypatch.setattr(durable_module, "fsync_path", full)
+
+
+def test_a_full_disk_stops_the_run_with_the_os_error_and_a_loadable_database(tmp_path,
+                                                                               monkeypatch):
+    _disk_full_after(3, monkeypatch)  # the first batch's fsyncs pass
     with pytest.raises(OSError) as raised:
         _fake_loop(tmp_path)
     assert raised.value.errno == errno.ENOSPC  # the OSError itself, not TVM's RuntimeError
@@ -446,14 +451,7 @@ def test_a_record_write_that_tvm_drops_silently_stops_the_run(tmp_path):
 
 def test_a_full_disk_in_a_real_run_is_one_line_and_the_rerun_resumes(tiny_matmul, tmp_path,
                                                                        monkeypatch):
-    calls = []
-
-    def full_after_the_first_batch(path):
-        calls.append(path)
-        if len(calls) > 3:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-
-    monkeypatch.setattr(durable_module, "fsync_path", full_after_the_first_batch)
+    _disk_full_after(3, monkeypatch)  # the first batch's fsyncs pass
     args = (tiny_matmul, "--trials", 4, "--trials-per-batch", 2, "--work-dir", tmp_path,
             "--no-evaluate")
     result = harl_tune_here(*args)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from conftest import random_relax_inputs, run_relax
+from torch import nn
 
-torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
-
-from harl.graph.load import relax_of_onnx  # noqa: E402
-from harl.graph.rule import Match  # noqa: E402
-from harl.graph.rules import ALL_RULES, rule_by_name  # noqa: E402
+from harl.graph.load import relax_of_onnx
+from harl.graph.rule import Match
+from harl.graph.rules import ALL_RULES, rule_by_name
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "tasks" / "examples"
 
@@ -146,21 +146,6 @@ def _transposes(path: Path) -> Path:
     return path
 
 
-def _run(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    outs = [out] if hasattr(out, "numpy") else list(out)
-    return [o.numpy().copy() for o in outs]  # copied while the VM lives
-
-
-def _inputs(mod) -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    return [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype("float32")
-            for p in mod["main"].params]
 
 
 def _ops(mod, name: str) -> int:
@@ -171,15 +156,15 @@ def _ops(mod, name: str) -> int:
 def _check_equal(mod, rule, *, first: int = 2):
     """Apply `rule` at each of its first matches; the outputs stay the same. Returns the
     rewritten modules."""
-    inputs = _inputs(mod)
-    expected = _run(mod, inputs)
+    inputs = random_relax_inputs(mod)
+    expected = run_relax(mod, inputs)
     found = rule.matches(mod)
     assert found, f"{rule.name} found no match"
     assert found == rule.matches(mod)  # deterministic
     rewritten = []
     for match in found[:first]:
         new = rule.apply(mod, match)
-        for got, want in zip(_run(new, inputs), expected, strict=True):
+        for got, want in zip(run_relax(new, inputs), expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
         assert match not in rule.matches(new)
         rewritten.append(new)
@@ -228,8 +213,8 @@ def test_hoist_scale_brings_attentions_scale_to_the_q_projection(models):
         steps.append(hoist.apply(steps[-1], hoist.matches(steps[-1])[0]))
     assert len(steps) == 6  # matmul, transpose, reshape, bias add, the projection's matmul
     folded = fold.apply_all(steps[-1])
-    inputs = _inputs(mod)
-    for got, want in zip(_run(folded, inputs), _run(mod, inputs), strict=True):
+    inputs = random_relax_inputs(mod)
+    for got, want in zip(run_relax(folded, inputs), run_relax(mod, inputs), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert _ops(folded, "relax.multiply") == _ops(mod, "relax.multiply") - 2  # and the 0.5
 

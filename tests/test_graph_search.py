@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import random_relax_inputs, run_relax
 
 from harl.graph.load import relax_of_onnx
 from harl.graph.rule import Match, Rule
@@ -38,22 +39,11 @@ def _cost(mod) -> float:
     return sum(t.weight * (t.flop / 5e7 + 0.005) for t in tasks)
 
 
-def _run(mod, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"})),
-                              tvm.cpu())
-    out = vm["main"](*[tvm.runtime.tensor(a) for a in inputs])
-    outs = [out] if hasattr(out, "numpy") else list(out)
-    return [o.numpy().copy() for o in outs]  # copied while the VM lives
 
 
 def _same_outputs(a, b, *, exact: bool = False) -> None:
-    rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype("float32")
-              for p in a["main"].params]
-    for x, y in zip(_run(a, inputs), _run(b, inputs), strict=True):
+    inputs = random_relax_inputs(a)
+    for x, y in zip(run_relax(a, inputs), run_relax(b, inputs), strict=True):
         if exact:
             np.testing.assert_array_equal(x, y)
         else:

@@ -12,8 +12,14 @@ import numpy as np
 
 from harl.errors import HarlError
 from harl.frontend.graph_writer import ShapeUnknown, set_input_shapes
-from harl.frontend.large_models import graph_tensors, onnxruntime_source, serialised
+from harl.frontend.large_models import onnxruntime_source, serialised
 from harl.frontend.lowering import lower_ops, lowerable_ops
+from harl.frontend.model_checks import (
+    check_declared_outputs,
+    check_opset,
+    first_line,
+    load_external_weights,
+)
 
 IMPORTED_MODEL_FILE = "model_imported.onnx"
 """in the work dir: the graph harl tuned when it is not the model's own (shape computations
@@ -94,98 +100,21 @@ def load_onnx(path: Path, input_shapes: dict[str, tuple[int, ...]] | None = None
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError, OSError) as err:
-        raise HarlError(f"{path} is not a readable ONNX model ({_first_line(err)})") from None
+        raise HarlError(f"{path} is not a readable ONNX model ({first_line(err)})") from None
     if len(proto.graph.node) == 0:
         raise HarlError(f"{path} is not a readable ONNX model (it has no graph nodes)")
-    _check_opset(proto, path)
-    _load_external_weights(proto, path)
+    check_opset(proto, path)
+    load_external_weights(proto, path)
     data = serialised(proto)  # past 2 GB only the file can be checked (with its weights' files)
     try:
         onnx.checker.check_model(data if data is not None else str(path))
     except onnx.checker.ValidationError as err:
-        raise HarlError(f"{path} is not a valid ONNX model: {_first_line(err)}") from None
-    _check_declared_outputs(proto, path)
+        raise HarlError(f"{path} is not a valid ONNX model: {first_line(err)}") from None
+    check_declared_outputs(proto, path)
     inputs, assumed = _static_inputs(proto, dict(input_shapes or {}))
     outputs = tuple(out.name for out in proto.graph.output)
     return OnnxModel(path=path, proto=proto, inputs=inputs, output_names=outputs,
                      assumed_dims=assumed)
-
-
-def _check_opset(proto, path: Path) -> None:
-    """Refuse an ONNX opset newer than the installed onnx package knows: its checker, shape
-    inference and TVM's importer would read the graph by older rules."""
-    import onnx
-
-    known = onnx.defs.onnx_opset_version()
-    for opset in proto.opset_import:
-        if opset.domain in ("", "ai.onnx") and opset.version > known:
-            raise HarlError(f"{path} uses ONNX opset {opset.version}, newer than the {known} "
-                            f"that onnx {onnx.__version__} here knows; export it with opset "
-                            f"{known} or lower, or upgrade onnx")
-
-
-def _load_external_weights(proto, path: Path) -> None:
-    """Read the weights that `proto` keeps in files beside `path` into it; a file missing,
-    unreadable or shorter than its tensors need is a one-line HarlError."""
-    import onnx
-    from onnx import external_data_helper, helper
-
-    external = [tensor for tensor in graph_tensors(proto.graph)
-                if external_data_helper.uses_external_data(tensor)]
-    if not external:
-        return
-    try:
-        external_data_helper.load_external_data_for_model(proto, str(path.parent))
-    except (onnx.checker.ValidationError, OSError, ValueError) as err:
-        raise HarlError(f"{path}: its weights, kept in a file beside it, cannot be read: "
-                        f"{_first_line(err)}") from None
-    for tensor in external:
-        kind = onnx.TensorProto.DataType.Name(tensor.data_type)
-        if kind in ("STRING", "UNDEFINED") or "4" in kind:  # 4-bit kinds: two to a byte
-            continue
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-        expected = int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
-        if len(tensor.raw_data) != expected:
-            raise HarlError(f"{path}: its weights' file holds {len(tensor.raw_data)} bytes of "
-                            f"tensor {tensor.name!r}, which needs {expected} (a file cut "
-                            "short, or not this model's?)")
-
-
-def _check_declared_outputs(proto, path: Path) -> None:
-    """Refuse a graph whose declared output shapes disagree with what ONNX's shape inference
-    computes from its inputs (a hand-edited or mis-exported model): the tuned kernels would
-    compute the inferred shapes, not the declared ones. Dims unknown on either side pass."""
-    import onnx
-
-    from harl.frontend.large_models import shape_probe
-
-    def dims(value):
-        shape = value.type.tensor_type.shape if value.type.HasField("tensor_type") else None
-        if shape is None or not value.type.tensor_type.HasField("shape"):
-            return None
-        return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                for d in shape.dim]
-
-    declared = {output.name: dims(output) for output in proto.graph.output}
-    probe = shape_probe(proto)
-    for output in probe.graph.output:
-        if output.type.HasField("tensor_type"):
-            output.type.tensor_type.ClearField("shape")
-    try:
-        inferred = {output.name: dims(output)
-                    for output in onnx.shape_inference.infer_shapes(probe).graph.output}
-    except Exception:  # noqa: BLE001  (inference failing is no fault of the declared shapes)
-        return
-    for name, want in declared.items():
-        got = inferred.get(name)
-        if want is None or got is None:
-            continue
-        if len(want) != len(got) or any(a is not None and b is not None and a != b
-                                        for a, b in zip(want, got, strict=False)):
-            shown = [d if d is not None else "?" for d in want]
-            computed = [d if d is not None else "?" for d in got]
-            raise HarlError(f"{path}: output {name!r} is declared with shape {shown}, but its "
-                            f"graph computes {computed}; fix the model's declared output shape")
 
 
 def _static_inputs(proto, overrides: dict[str, tuple[int, ...]]
@@ -332,10 +261,10 @@ def _relax_of(model: OnnxModel):
             return from_onnx(model.proto, shape_dict=shape_dict, dtype_dict=dtype_dict,
                              keep_params_in_input=False)
     except tvm.error.OpNotImplemented as err:
-        raise HarlError(f"{model.path}: {_first_line(err)}") from None
+        raise HarlError(f"{model.path}: {first_line(err)}") from None
     except Exception as err:  # noqa: BLE001  (the importer raises whatever its converter does)
         raise _ImportFailed(f"{model.path}: TVM's ONNX importer failed: "
-                            f"{_first_line(err)}") from None
+                            f"{first_line(err)}") from None
 
 
 def _runtime_shaped(mod) -> str | None:
@@ -393,7 +322,7 @@ def with_shapes_folded(model: OnnxModel) -> OnnxModel:
             folded = onnx.load(options.optimized_model_filepath)
         except Exception as err:  # noqa: BLE001  (onnxruntime raises its own kinds)
             raise HarlError(f"{model.path}: some tensor shapes are computed at run time, and "
-                            f"onnxruntime could not fold them: {_first_line(err)}") from None
+                            f"onnxruntime could not fold them: {first_line(err)}") from None
     return replace(model, proto=folded, shapes_folded=True)
 
 
@@ -431,8 +360,3 @@ def for_inference(mod, fast_math: bool = True):
         return rewrite(fold=True)
     except TypeError:  # TVM's fold adds a float32 epsilon: other dtypes keep the arithmetic
         return rewrite(fold=False)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
