@@ -76,20 +76,25 @@ class FuseTransposeMatmul(Rule):
         return rewrite_vars(adder.get(), {match.vars[0]: edit})
 
 
-class CancelTransposePair(Rule):
+class _SameOpTwice(Rule):
+    """A rule on an operator applied to its own result: its matches are such second calls."""
+
+    op = ""  # the operator's name, e.g. "relax.reshape"
+
+    def matches(self, mod) -> list[Match]:
+        graph = Graph(mod)
+        return [Match(self.name, (b.var.name,), f"after {b.value.args[0].name}")
+                for b in graph.bindings if _op(b.value) == self.op
+                and is_var(b.value.args[0])
+                and _op(graph.var2val.get(b.value.args[0])) == self.op]
+
+
+class CancelTransposePair(_SameOpTwice):
     """permute_dims(permute_dims(x, p), q) -> permute_dims(x, p then q), or x."""
 
     name = "cancel_transpose_pair"
     doc = "compose two transposes in a row into one, or none when they cancel"
-
-    def _sites(self, graph: Graph):
-        return [b for b in graph.bindings if _op(b.value) == "relax.permute_dims"
-                and is_var(b.value.args[0])
-                and _op(graph.var2val.get(b.value.args[0])) == "relax.permute_dims"]
-
-    def matches(self, mod) -> list[Match]:
-        return [Match(self.name, (b.var.name,), f"after {b.value.args[0].name}")
-                for b in self._sites(Graph(mod))]
+    op = "relax.permute_dims"
 
     def apply(self, mod, match: Match):
         from tvm import relax
@@ -104,20 +109,12 @@ class CancelTransposePair(Rule):
         return rewrite_vars(mod, {match.vars[0]: lambda _bb: new})
 
 
-class CancelReshapePair(Rule):
+class CancelReshapePair(_SameOpTwice):
     """reshape(reshape(x, s), t) -> reshape(x, t), or x when t is x's shape."""
 
     name = "cancel_reshape_pair"
     doc = "merge two reshapes in a row into one, or none when the second undoes the first"
-
-    def _sites(self, graph: Graph):
-        return [b for b in graph.bindings if _op(b.value) == "relax.reshape"
-                and is_var(b.value.args[0])
-                and _op(graph.var2val.get(b.value.args[0])) == "relax.reshape"]
-
-    def matches(self, mod) -> list[Match]:
-        return [Match(self.name, (b.var.name,), f"after {b.value.args[0].name}")
-                for b in self._sites(Graph(mod))]
+    op = "relax.reshape"
 
     def apply(self, mod, match: Match):
         from tvm import relax
