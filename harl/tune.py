@@ -337,9 +337,9 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _named_work_dir(args) -> Path:
-    """The work dir the flags name, for a message when the config could not be made."""
-    return args.work_dir or Path("logs") / args.model.stem
+def _message_work_dir(config: TuneConfig | None, args) -> Path:
+    """The run's work dir for a closing message, also when the config could not be made."""
+    return (config or TuneConfig(model=args.model, work_dir=args.work_dir)).resolved_work_dir()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,14 +362,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harl: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        work_dir = config.resolved_work_dir() if config else _named_work_dir(args)
+        work_dir = _message_work_dir(config, args)
         print(f"\nharl: interrupted; every trial measured so far is kept in {work_dir}; "
               f"resume with: {resume_command(argv)}", file=sys.stderr)
         return 130
     except OSError as err:  # a write that failed: a full disk, a quota, a read-only mount
         if args.debug:
             raise
-        work_dir = config.resolved_work_dir() if config else _named_work_dir(args)
+        work_dir = _message_work_dir(config, args)
         print(f"harl: error: {write_failure(err)}; the trials measured before it are kept in "
               f"{work_dir}; resume with: {resume_command(argv)}", file=sys.stderr)
         return 2
