@@ -25,6 +25,8 @@ from harl.report.history import TaskStats, trial_latency_s
 class NaiveNestConfig:
     """When the unscheduled loop nest is measured."""
 
+    measure: bool = True
+    """measure nests at all (off: an ablation arm; tasks then start from their first batch)"""
     first_max_flop: float = 2e6
     """tasks of at most this many floating-point operations (TVM's estimate; data movement, and
     a task it cannot count, count none) have their nest measured before tuning: even a serial

@@ -181,7 +181,7 @@ def test_a_run_records_its_config_and_a_resume_with_another_is_refused(tiny_matm
     report = json.loads((work_dir / "report.json").read_text())
     for recorded in (manifest["config"], report["config"]):
         assert recorded["search"]["tile"]["epsilon"] == 0.3
-        assert recorded["nests"] == {"first_max_flop": 0.0, "below_s": 0.0}
+        assert recorded["nests"] == {"measure": True, "first_max_flop": 0.0, "below_s": 0.0}
         assert recorded["trials"] == 2 and recorded["evaluate"] is False
     assert not any(task["naive"] for task in report["tasks"])
 

@@ -15,11 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SKETCH_METHODS = ("chooser", "uniform")
+"""how a batch spreads over a task's sketches: this bandit, or evenly (an ablation arm)"""
+
 
 @dataclass(frozen=True)
 class SketchConfig:
     """Hyperparameters of the sketch chooser."""
 
+    method: str = "chooser"
+    """chooser | uniform: slots go by the bandit's values, or evenly over the sketches, the
+    least tried first (an ablation arm: what choosing sketches contributes)"""
     min_trials: int = 2
     """candidates each sketch gets before it is judged"""
     temperature: float = 0.15
@@ -35,6 +41,11 @@ class SketchConfig:
     a batch fills costs a fixed search (a pool of fresh samples, a trajectory from each of its
     starts) however few candidates it supplies, so a batch spreads over fewer sketches, and
     over batches each still gets its share"""
+
+    def __post_init__(self) -> None:
+        if self.method not in SKETCH_METHODS:
+            raise ValueError(f"sketch.method must be one of {', '.join(SKETCH_METHODS)}, "
+                             f"not {self.method!r}")
 
 
 class SketchChooser:
@@ -74,6 +85,8 @@ class SketchChooser:
 
     def allocate(self, n: int) -> np.ndarray:
         """How many of the next `n` candidates each sketch gets."""
+        if self.config.method == "uniform":
+            return self._even(n)
         counts = np.zeros(len(self.trials), dtype=int)
         for i in np.argsort(self.trials, kind="stable"):  # untried sketches first
             need = max(0, self.config.min_trials - self.trials[i])
@@ -87,6 +100,13 @@ class SketchChooser:
             lots = -(-remaining // self.config.slots_per_pick)
             for sketch in self.rng.choice(len(probs), size=lots, p=probs):
                 counts[sketch] += min(self.config.slots_per_pick, n - counts.sum())
+        return counts
+
+    def _even(self, n: int) -> np.ndarray:
+        """`n` slots spread evenly, the remainder to the least tried sketches."""
+        counts = np.full(len(self.trials), n // len(self.trials), dtype=int)
+        order = np.argsort(self.trials + counts, kind="stable")
+        counts[order[: n - counts.sum()]] += 1
         return counts
 
     def update(self, sketch: int, latency_s: float) -> None:

@@ -29,11 +29,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+SCHEDULERS = ("harl", "gradient", "round-robin")
+"""who spends the trials over tasks: this bandit, or MetaSchedule's gradient-based or
+round-robin task scheduler (ablation arms, `AllocatorConfig.method`)"""
+
 
 @dataclass(frozen=True)
 class AllocatorConfig:
     """Hyperparameters of the task allocator."""
 
+    method: str = "harl"
+    """harl | gradient | round-robin: which task scheduler spends the trials. `harl` is this
+    bandit; `gradient` and `round-robin` are MetaSchedule's own schedulers at TVM's defaults,
+    run with the rest of harl's search (ablation arms: what the allocator contributes)"""
     reward_decay: float = 0.5
     """weight of the newest reward in a task's running gain estimate"""
     forward_weight: float = 1.0
@@ -47,6 +55,11 @@ class AllocatorConfig:
     batch of the run is seen (observed: 0.25-0.67 on average per model, medians 0.2-0.8)"""
     nest_drop_prior_weight: float = 2.0
     """how many observed first batches the prior counts as"""
+
+    def __post_init__(self) -> None:
+        if self.method not in SCHEDULERS:
+            raise ValueError(f"allocator.method must be one of {', '.join(SCHEDULERS)}, "
+                             f"not {self.method!r}")
 
 
 @dataclass
@@ -72,6 +85,10 @@ class TaskAllocator:
         self.config = config
         self.tasks = [TaskState(w, f) for w, f in zip(weights, flops, strict=True)]
         self.rng = np.random.default_rng(seed)
+        self.chosen_value: dict[int, float] = {}
+        """the value each task had when it was last chosen (the expected relative end-to-end
+        gain per trial), set aside until its batch's realised reward is known, so the metrics
+        can set one against the other; a first visit has none (NaN)"""
 
     def end_to_end_s(self) -> float:
         """Weighted sum of best latencies over measured tasks."""
@@ -92,12 +109,16 @@ class TaskAllocator:
         unvisited = [i for i in open_tasks
                      if self.tasks[i].batches == 0 and not self.tasks[i].known]
         if unvisited:  # largest expected work first
-            return max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
+            choice = max(unvisited, key=lambda i: self.tasks[i].weight * self.tasks[i].flop)
+            self.chosen_value[choice] = math.nan
+            return choice
         total, gain_scale = self.end_to_end_s(), self._gain_scale()
         values = [self._value(self.tasks[i], total, gain_scale) for i in open_tasks]
         best = max(values)
         ties = [i for i, v in zip(open_tasks, values, strict=True) if v >= best - 1e-12]
-        return int(self.rng.choice(ties))
+        choice = int(self.rng.choice(ties))
+        self.chosen_value[choice] = best
+        return choice
 
     def _value(self, task: TaskState, total: float, gain_scale: float) -> float:
         """Learned gain per trial plus the forward chance of a visited task (`total`: the

@@ -193,7 +193,8 @@ class TilePolicy:
             # --- policy loss (clipped ratio) ---
             probs = self._probs(data.moves, data.prior, data.mask, epsilon)
             logprobs = torch.log(probs.gather(1, data.actions[:, None]).squeeze(1) + 1e-12)
-            ratio = torch.exp(logprobs - data.logprobs)
+            log_ratio = logprobs - data.logprobs
+            ratio = torch.exp(log_ratio)
             policy_loss = -torch.min(ratio * advantages,
                                      ratio.clamp(1 - cfg.clip, 1 + cfg.clip) * advantages).mean()
             # --- value loss and entropy ---
@@ -205,8 +206,17 @@ class TilePolicy:
             nn.utils.clip_grad_norm_(self.net.parameters(), 0.5)
             self.optimizer.step()
         self.updates += 1
+        # --- is it learning? (CleanRL's diagnostics, on the last epoch) ---
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean().item()  # k3: unbiased, never < 0
+            clip_fraction = ((ratio - 1).abs() > cfg.clip).float().mean().item()
+            values = data.returns - data.advantages  # the critic's, when the steps were taken
+            spread = data.returns.var().item()
+            explained = (1 - (data.returns - values).var().item() / spread
+                         if spread > 0 else float("nan"))
         return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                "entropy": entropy.item(), "approx_kl": (data.logprobs - logprobs).mean().item(),
+                "entropy": entropy.item(), "approx_kl": approx_kl,
+                "clip_fraction": clip_fraction, "explained_variance": explained,
                 "mean_reward": float(np.mean([s.reward for s in steps]))}
 
     # --- checkpoints: plain arrays, never pickle ---

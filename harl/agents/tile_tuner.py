@@ -47,10 +47,24 @@ class Site:
     max_innermost: int = 0  # tile only: bound on the innermost factor (0: none)
 
 
+TILE_METHODS = ("ppo", "prior-only", "random-moves", "evolutionary")
+"""how a trajectory picks its next move: the PPO actor-critic; the cost model's prior alone (no
+learning); uniformly at random; or no tile tuner at all, MetaSchedule's evolutionary search per
+task (harl's plan builds that one: `harl.search.harl`)"""
+
+
 @dataclass(frozen=True)
 class TileTunerConfig:
     """Hyperparameters of the tile tuner."""
 
+    method: str = "ppo"
+    """ppo | prior-only | random-moves | evolutionary: the policy that picks each trajectory's
+    moves is trained with PPO, or stays the cost model's prior (never trained), or picks
+    uniformly among the legal scored moves; `evolutionary` replaces the sketch chooser and tile
+    tuner by MetaSchedule's evolutionary search inside harl's loop (ablation arms)"""
+    adaptive: bool = True
+    """adapt exploration (epsilon, the fresh share, trajectory length) to whether the task's
+    batches improve; off: they keep their initial values (an ablation arm)"""
     proposals_per_step: int = 8
     """moves proposed and scored by the cost model at each step of a trajectory while the
     surrogate does not screen (see `SurrogateConfig` for when it does)"""
@@ -67,6 +81,11 @@ class TileTunerConfig:
     policy: TilePolicyConfig = field(default_factory=TilePolicyConfig)
     surrogate: SurrogateConfig = field(default_factory=SurrogateConfig)
     """screens each step's proposals before the cost model scores them"""
+
+    def __post_init__(self) -> None:
+        if self.method not in TILE_METHODS:
+            raise ValueError(f"tile.method must be one of {', '.join(TILE_METHODS)}, "
+                             f"not {self.method!r}")
 
 
 @dataclass
@@ -317,7 +336,8 @@ class TileTuner:
             move_inputs(f, SITE_KINDS.index(self.sites[i].kind), c, progress)
             for (_, i), f, c in zip(moves, next_features, changes, strict=True)])
         state_in = state_inputs(walk.features, progress)
-        action, logprob, value = self.policy.act(inputs, changes, state_in, self.epsilon)
+        epsilon = 1.0 if self.config.method == "random-moves" else self.epsilon
+        action, logprob, value = self.policy.act(inputs, changes, state_in, epsilon)
         walk.current, walk.score = moves[action][0], float(next_scores[action])
         walk.features = next_features[action]
         walk.best = max(walk.best, (walk.score, walk.current), key=lambda pair: pair[0])
@@ -333,24 +353,29 @@ class TileTuner:
                 self.steps[index].reward += quality - self.predicted[state]
 
     def learn(self) -> dict[str, float]:
-        """PPO update on the kept steps, which are then dropped."""
-        losses = self.policy.update(self.steps, self.epsilon) if self.steps else {}
+        """PPO update on the kept steps, which are then dropped (only dropped where the
+        policy is not trained: `TileTunerConfig.method` other than ppo)."""
+        trains = self.config.method == "ppo" and self.steps
+        losses = self.policy.update(self.steps, self.epsilon) if trains else {}
         losses.update(self.surrogate.take_metrics())
         self.steps, self.step_of, self.predicted = [], {}, {}
         return losses
 
     def observe_batch(self, best_latency_s: float) -> None:
-        """Adapt exploration to whether the last measured batch improved the task."""
+        """Adapt exploration to whether the last measured batch improved the task (with
+        `TileTunerConfig.adaptive`; else only the best is kept)."""
         low, high = self.config.epsilon_range
         if best_latency_s < self.best_measured * (1 - 1e-3):
             self.best_measured = best_latency_s
             self.stalled_batches = 0
+            if not self.config.adaptive:
+                return
             self.epsilon = max(low, self.epsilon * 0.8)
             self.fresh_share = max(low, self.fresh_share * 0.8)
             self.trajectory_length = max(2, self.trajectory_length - 1)
         else:
             self.stalled_batches += 1
-            if self.stalled_batches >= self.config.stall_batches:
+            if self.config.adaptive and self.stalled_batches >= self.config.stall_batches:
                 self.epsilon = min(high, self.epsilon * 1.5)
                 self.fresh_share = min(high, self.fresh_share * 1.5)
                 self.trajectory_length = min(3 * self.config.trajectory_length,

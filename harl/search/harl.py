@@ -34,6 +34,18 @@ def _time_updates(xgb, metrics: MetricsLogger, scorer: ProgramScorer) -> None:
     wrap_cost_model_update(xgb, timed_update)
 
 
+def _task_scheduler(method: str, allocator, metrics: MetricsLogger, overlap: bool):
+    """harl's allocator as a task scheduler, or MetaSchedule's gradient-based or round-robin
+    one at TVM's defaults (`AllocatorConfig.method`)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if method == "gradient":
+        return ms.task_scheduler.GradientBased()
+    if method == "round-robin":
+        return ms.task_scheduler.RoundRobin()
+    return HarlTaskScheduler(allocator, metrics=metrics, max_in_flight=1 if overlap else 0)
+
+
 def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
               cost_prior: CostPrior | None = None, search: HarlSearchConfig | None = None,
               allocator: AllocatorConfig | None = None, nests: NaiveNestConfig | None = None,
@@ -44,6 +56,10 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
     `cost_prior` scores a task's candidates alone until the run's model has trained on the
     task, then blended with it (see ProgramScorer).
 
+    Each agent can be swapped for a non-learning one or TVM's (the ablation arms:
+    `allocator.method`, `search.sketch.method`, `search.tile.method`, `search.tile.adaptive`,
+    `nests.measure`), so what an agent contributes is measured by a config value.
+
     One tile policy and one cost model serve every task, so what one task teaches the others use.
     With `overlap` (a runner that returns pending futures), one task's batch stays in measurement
     while the allocator chooses among the others and the next batch is built.
@@ -53,6 +69,7 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
 
     torch.set_num_threads(1)  # tiny networks; the cores go to trace replay and builds
     search = search if search is not None else HarlSearchConfig()
+    nests = nests if nests is not None else NaiveNestConfig()
     model_config = cost_model if cost_model is not None else CostModelConfig()
     metrics = MetricsLogger()
     xgb = ms.cost_model.XGBModel(num_tuning_cores=num_cores,
@@ -63,9 +80,10 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
     _time_updates(python_instance(xgb), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
-    allocator = allocator_for(tasks, allocator if allocator is not None else AllocatorConfig(),
-                              seed)
-    scheduler = HarlTaskScheduler(allocator, metrics=metrics, max_in_flight=1 if overlap else 0)
+    allocator_config = allocator if allocator is not None else AllocatorConfig()
+    allocator = (allocator_for(tasks, allocator_config, seed)
+                 if allocator_config.method == "harl" else None)
+    scheduler = _task_scheduler(allocator_config.method, allocator, metrics, overlap)
 
     def on_start(work_dir: Path) -> None:
         metrics.open(work_dir / METRICS_FILE)
@@ -79,7 +97,7 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
                 why = (str(err).strip() or type(err).__name__).splitlines()[0]
                 logger.warning("harl: warning: the tile policy's checkpoint does not fit it "
                                "(%s): it starts afresh", why)
-        if (agents / checkpoint.ALLOCATOR_FILE).exists():
+        if allocator is not None and (agents / checkpoint.ALLOCATOR_FILE).exists():
             initial_tasks = allocator.to_json()
             try:
                 allocator.load_json(checkpoint.load_json(agents / checkpoint.ALLOCATOR_FILE))
@@ -92,19 +110,25 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
         agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())
-        checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE, allocator.to_json())
+        if allocator is not None:
+            checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE, allocator.to_json())
         metrics.close()
+
+    def make_search_strategy(index: int):
+        if search.tile.method == "evolutionary":
+            return ms.search_strategy.EvolutionarySearch()  # TVM's defaults, as the baseline's
+        return HarlSearchStrategy(search, seed=seed * 7919 + index, policy=policy,
+                                  scorer=scorer, metrics=metrics, task_id=index,
+                                  trust_board=trust_board)
 
     return SearchPlan(
         task_scheduler=scheduler,
         cost_model=xgb,
-        make_search_strategy=lambda index: HarlSearchStrategy(
-            search, seed=seed * 7919 + index, policy=policy, scorer=scorer, metrics=metrics,
-            task_id=index, trust_board=trust_board),
-        measure_callbacks=[AllocatorFeedback(scheduler)],
+        make_search_strategy=make_search_strategy,
+        measure_callbacks=[AllocatorFeedback(scheduler)] if allocator is not None else [],
         on_start=on_start,
         on_finish=on_finish,
         metrics=metrics,
-        naive_nests=nests if nests is not None else NaiveNestConfig(),
+        naive_nests=nests if nests.measure else None,
         allocator=allocator,
     )

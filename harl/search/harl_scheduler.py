@@ -100,6 +100,8 @@ class HarlTaskScheduler(PyTaskScheduler):
             self.overlapped_batches += 1
         self.metrics.record("alloc/task", task_id)
         self.metrics.record("alloc/reward", reward)
+        self.metrics.record("alloc/chosen_value",
+                            self.allocator.chosen_value.pop(task_id, math.nan))
         self.metrics.record("alloc/gain", math.nan if task.gain is None else task.gain)
         self.metrics.record("alloc/e2e_estimate_ms", self.allocator.end_to_end_s() * 1e3)
         self.metrics.record("alloc/overlapped_batches", self.overlapped_batches)

@@ -69,6 +69,8 @@ class HarlSearchStrategy(PySearchStrategy):
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
+        self.chosen_values: dict[int, float] = {}  # the chooser's value of the batch's sketches
+        self.best_before = math.inf  # the task's best when the batch was chosen
         self.probes: dict[int, list[Probe]] = {}  # scored for the outlook, by sketch
         self.carried: set[tuple[int, State]] = set()  # (sketch, state) transplanted
         self.trust = self.trust_board.task(self.task_id)
@@ -306,8 +308,11 @@ class HarlSearchStrategy(PySearchStrategy):
         self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
         picks = self._transplants(round(wanted * self.config.transplant_share))  # share <= 1
         self.metrics.record("sketch/transplants", len(picks))
+        values = self.chooser.values()
+        self.chosen_values, self.best_before = {}, self.best_s
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
+            self.chosen_values.update((int(k), float(values[k])) for k in np.flatnonzero(counts))
             for sketch_id, count in enumerate(counts):
                 if count > 0:
                     picks.extend(self._fill_sketch(sketch_id, int(count), trust))
@@ -335,7 +340,8 @@ class HarlSearchStrategy(PySearchStrategy):
         self.probes = {}
         measured = [i for i, sketch in enumerate(self.sketches) if sketch.elites]
         if (not self.scorer.ranks(self.mod) or trust <= 0.0 or len(measured) < 2
-                or self.config.sketch.prediction_weight == 0.0):
+                or self.config.sketch.prediction_weight == 0.0
+                or self.config.sketch.method == "uniform"):  # the outlook would go unused
             return np.full(len(self.sketches), np.nan)
         outlook, self.probes = sketch_outlook(
             self.sketches, measured, self.chooser.quality(), replay=self.replay,
@@ -370,6 +376,11 @@ class HarlSearchStrategy(PySearchStrategy):
             tuner = self.sketches[sketch_id].tuner
             best = min(lat for (s, _, _), lat in zip(self.pending, latencies, strict=True)
                        if s == sketch_id)
+            if sketch_id in self.chosen_values and math.isfinite(self.best_before):
+                # The chooser's value against what the sketch's candidates of the batch
+                # realised (the task's best before the batch over theirs; > 1: improved).
+                self.metrics.record(f"sketch/value_{sketch_id}", self.chosen_values[sketch_id])
+                self.metrics.record(f"sketch/realised_{sketch_id}", self.best_before / best)
             tuner.observe_batch(best)
             tuner.correct(qualities)
             for key, value in tuner.learn().items():
