@@ -273,11 +273,13 @@ def effective_config(model: Path, file: Path | None = None, flags: dict | None =
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-def _toml_key(key: str) -> str:
+def toml_key(key: str) -> str:
+    """A TOML key: bare where it can be, else a quoted string."""
     return key if _BARE_KEY.match(key) else json.dumps(key)
 
 
-def _toml_value(value) -> str:
+def toml_value(value) -> str:
+    """A config value (bool, number, string, list, table) as TOML."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -289,11 +291,12 @@ def _toml_value(value) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+        # A TOML basic string: JSON's escapes are TOML's, and TOML escapes DEL too.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}"
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}"
                                for k, v in value.items()) + "}"
     raise TypeError(f"no TOML for {value!r}")
 
@@ -327,7 +330,7 @@ def _table_lines(config, cls, where: str, lines: list[str]) -> None:
         if value is None:
             lines.append(f"# {f.name} = ...  ({_type_name(tp)}; unset)")
         else:
-            lines.append(f"{_toml_key(f.name)} = {_toml_value(_plain(value))}")
+            lines.append(f"{toml_key(f.name)} = {toml_value(_plain(value))}")
     for name, value, tp in tables:
         path = f"{where}.{name}" if where else name
         lines.append("")

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,15 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
 
+from benchlib.arms import (  # noqa: E402
+    ABLATION_ARMS,
+    ARMS,
+    arm_named,
+    arm_toml,
+    choose_baseline,
+    parse_arms,
+    write_arm_config,
+)
 from benchlib.curves import (  # noqa: E402
     CurvePoint,
     band,
@@ -24,14 +34,18 @@ from benchlib.curves import (  # noqa: E402
 )
 from benchlib.report import (  # noqa: E402
     agent_split,
+    paired_rows,
     reach_baseline,
     summary_rows,
     vs_baseline,
     write_runs_csv,
     write_summary,
 )
-from benchlib.runs import RunResult, RunSpec  # noqa: E402
+from benchlib.runs import RunResult, RunSpec, tune_command  # noqa: E402
 from benchlib.timing import ONNXRUNTIME, UNTUNED  # noqa: E402
+
+from harl.config_file import toml_value  # noqa: E402
+from harl.errors import HarlError  # noqa: E402
 
 
 def row(time_s, task, latency, **batch):
@@ -136,6 +150,112 @@ def test_a_run_tuned_beside_other_load_is_named_in_the_summary(tmp_path):
     write_runs_csv(tmp_path / "runs.csv", runs, refs)
     rows = list(csv.DictReader((tmp_path / "runs.csv").open()))
     assert [r["measure_other_cores"] for r in rows] == ["0.01", "0.93"]
+
+
+def at_path(tree, dotted: str):
+    """The value at a dotted path of nested dicts or of nested config dataclasses."""
+    for part in dotted.split("."):
+        tree = tree[part] if isinstance(tree, dict) else getattr(tree, part)
+    return tree
+
+
+def test_each_arms_config_file_reads_back_as_nested_tables(tmp_path):
+    assert set(ABLATION_ARMS) == set(ARMS) - {"harl", "metaschedule"}
+    assert all(ARMS[name].strategy == "harl" and ARMS[name].settings for name in ABLATION_ARMS)
+    for arm in ARMS.values():
+        path = write_arm_config(arm, tmp_path / f"{arm.name}.toml")
+        if not arm.settings:
+            assert path is None and not (tmp_path / f"{arm.name}.toml").exists()
+            continue
+        tables = tomllib.loads(path.read_text())
+        assert {key: at_path(tables, key) for key in arm.settings} == arm.settings
+    tables = tomllib.loads(arm_toml(arm_named("tile-evolutionary")))
+    assert tables == {"search": {"tile": {"method": "evolutionary"}}}
+    assert tomllib.loads(arm_toml(arm_named("no-prior"))) == {"cost_prior": False}
+
+
+def test_config_values_are_written_as_toml_reads_them():
+    for value in ("round-robin", 'a "quoted" \\ path\n\ttab\x01\x7f é 🙂', "", True, False, 0,
+                  -3, 0.0, 0.25, 1e-5, 1.5e20, float("inf"), float("-inf")):
+        read = tomllib.loads(f"key = {toml_value(value)}")["key"]
+        assert read == value and type(read) is type(value)
+    assert math.isnan(tomllib.loads(f"key = {toml_value(float('nan'))}")["key"])
+
+
+def test_ablation_arms_load_through_harls_own_config_reader(tmp_path):
+    from harl.config_file import effective_config
+
+    for name in ABLATION_ARMS:
+        arm = arm_named(name)
+        path = write_arm_config(arm, tmp_path / f"{name}.toml")
+        config = effective_config(Path("m.onnx"), path)
+        for key, value in arm.settings.items():
+            assert at_path(config, key) == value, (name, key)
+
+
+def test_arms_parse_expand_and_pick_their_baseline():
+    assert [arm.name for arm in parse_arms(" no-prior, ablation,harl ")] == [
+        "no-prior", "harl", *(name for name in ABLATION_ARMS if name != "no-prior")]
+    assert choose_baseline(["harl", "metaschedule"]) == "metaschedule"
+    assert choose_baseline(["harl", "no-nests"]) == "harl"
+    assert choose_baseline(["harl", "no-nests"], "no-nests") == "no-nests"
+    with pytest.raises(HarlError, match="baseline arm 'harl' is not among"):
+        choose_baseline(["no-nests", "no-prior"])
+    with pytest.raises(HarlError) as error:
+        parse_arms("harl,no-such-arm")
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("unknown arm 'no-such-arm'; known arms: ")
+    assert "no-prior" in message and "tile-evolutionary" in message
+
+
+def test_an_arms_run_is_named_after_it_and_tuned_with_its_config(tmp_path):
+    spec = RunSpec(Path("m.onnx"), "m", "sketch-uniform", 32, 2)
+    assert spec.strategy == "harl" and spec.work_dir(tmp_path) == tmp_path / "m" / (
+        "sketch-uniform-t32-s2")
+    command = tune_command(spec, tmp_path, None, None, config=tmp_path / "arm.toml")
+    assert command[command.index("--strategy") + 1] == "harl"
+    assert command[command.index("--config") + 1] == str(tmp_path / "arm.toml")
+    plain = tune_command(RunSpec(Path("m.onnx"), "m", "metaschedule", 32, 2), tmp_path, None, None)
+    assert "--config" not in plain and plain[plain.index("--strategy") + 1] == "metaschedule"
+
+
+def test_bench_refuses_an_unknown_arm_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "tools/bench.py", "m.onnx", "--arms", "harl,nope",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("bench: error: unknown arm 'nope'; known arms: harl, ")
+    assert len(proc.stderr.splitlines()) == 1
+
+
+def arm_run(arm, seed, latency_ms):
+    spec = RunSpec(Path("m.onnx"), "m", arm, 10, seed)
+    return RunResult(spec, Path(f"/x/{arm}-{seed}"), 0, report={"tune_seconds": 5.0},
+                     curve=[CurvePoint(10, 50.0, latency_ms)] if latency_ms else [],
+                     latency_ms=latency_ms)
+
+
+def test_each_arm_is_paired_with_the_baseline_of_its_own_seed(tmp_path):
+    runs = [arm_run("harl", 0, 2.0), arm_run("harl", 1, 4.0), arm_run("harl", 2, 1.0),
+            arm_run("no-prior", 0, 3.0), arm_run("no-prior", 1, 3.0),
+            arm_run("no-prior", 2, None),  # failed: no pair
+            arm_run("no-nests", 0, 1.0), arm_run("no-nests", 1, 4.4), arm_run("no-nests", 2, 0.9),
+            arm_run("sketch-uniform", 5, 1.0)]  # no harl run of seed 5
+    rows = paired_rows(runs, "harl")
+    assert rows == [["m", "10", "no-nests", "3", "0.900", "0.500", "1.100", "2/3"],
+                    ["m", "10", "no-prior", "2", "1.125", "0.750", "1.500", "1/2"],
+                    ["m", "10", "sketch-uniform", "0", "n/a", "n/a", "n/a", "n/a"]]
+    refs = {"m": {ONNXRUNTIME: 2.0, UNTUNED: 10.0}}
+    assert [row[2] for row in summary_rows(runs, refs, "harl")] == [
+        "harl", "no-nests", "no-prior", "sketch-uniform"]  # the baseline first
+    text = write_summary(tmp_path / "summary.md", ["header"], runs, refs, [], "harl")
+    assert "## Each arm against harl, seed by seed" in text
+    assert "| m | 10 | no-prior | 2 | 1.125 | 0.750 | 1.500 | 1/2 |" in text
+    assert "- no-prior: `--strategy harl`, `cost_prior = false`" in text
+    assert "| model | trials | arm | latency / harl |" in text
+    write_runs_csv(tmp_path / "runs.csv", runs, refs, "harl")
+    table = list(csv.DictReader((tmp_path / "runs.csv").open()))
+    assert [(r["arm"], r["strategy"], r["vs_harl"]) for r in table[3:5]] == [
+        ("no-prior", "harl", "1.5"), ("no-prior", "harl", "0.75")]
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,15 @@
 
     python tools/bench.py MODEL [MODEL ...] [--strategies harl,metaschedule] [--trials 20,64]
                           [--seeds 0,1,2] [--out DIR]
+    python tools/bench.py MODEL --arms ablation [--baseline harl]   # harl without each part
     python tools/bench.py --smoke            # tiny end-to-end check (1.5-2 min on 2 cores)
     python tools/bench.py --roofline         # FMA peak, numpy BLAS, tuned matmul and conv2d
 
 MODEL is an ONNX path or `light:NAME` (the ONNX package's own test models: light:resnet50,
-light:squeezenet, ...). Every model x strategy x budget x seed is one `python -m harl.tune` run,
-one at a time; then each model's tuned builds are timed interleaved in one process.
+light:squeezenet, ...). Every model x arm x budget x seed is one `python -m harl.tune` run,
+one at a time; then each model's tuned builds are timed interleaved in one process. An arm is a
+strategy with config settings (tools/benchlib/arms.py); each strategy is the arm of its name.
+Ratios pair every run with the baseline arm's run of the same model, budget and seed.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run from elsewhere
 
+from benchlib.arms import ABLATION, ARMS, arm_named, choose_baseline, parse_arms  # noqa: E402
 from benchlib.machine import ROOT, header_lines  # noqa: E402
 from benchlib.models import count_tasks, model_label, resolve_model  # noqa: E402
 from benchlib.plots import plot_model  # noqa: E402
 from benchlib.report import (  # noqa: E402
-    SUMMARY_COLUMNS,
     markdown_table,
+    summary_columns,
     summary_rows,
     write_runs_csv,
     write_summary,
@@ -54,9 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python tools/bench.py",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="ONNX paths or light:NAME")
-    parser.add_argument("--strategies", default="harl,metaschedule",
-                        help="comma-separated harl.tune strategies (default harl,metaschedule); "
-                             "ratios are taken against metaschedule")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--strategies", default=None,
+                     help="comma-separated harl.tune strategies, each at its defaults "
+                          "(default harl,metaschedule)")
+    how.add_argument("--arms", default=None,
+                     help=f"comma-separated arms: {', '.join(ARMS)}; {ABLATION} = harl and "
+                          "every arm that changes one part of it")
+    parser.add_argument("--baseline", default=None,
+                        help="the arm ratios are taken against (default metaschedule when it "
+                             "runs, else harl)")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--trials", type=int_list, default=None,
                         help="global trial budgets per model, comma-separated (default 64)")
@@ -118,18 +129,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
     """All runs, then per model the interleaved timing; 1 when some run failed."""
     if args.smoke:
-        args.models, args.strategies = [str(SMOKE_MODEL)], "harl,metaschedule"
+        args.models, args.strategies, args.arms = [str(SMOKE_MODEL)], "harl,metaschedule", None
         args.trials, args.trials_per_task, args.seeds = [6], None, [0]
         args.rounds, args.repeats, args.timing_processes = 3, 3, 2
     if not args.models:
         raise HarlError("name at least one model (or use --smoke / --roofline)")
-    from harl.search import STRATEGIES
-
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown or not strategies:
-        raise HarlError(f"unknown strategy {unknown or args.strategies!r}; choose from "
-                        f"{', '.join(STRATEGIES)}")
+    arms = selected_arms(args)
+    baseline = choose_baseline(arms, args.baseline)
     if any(n <= 0 for n in (args.trials or []) + (args.trials_per_task or [])):
         raise HarlError("trial budgets must be positive")
     models = [resolve_model(spec) for spec in args.models]
@@ -153,9 +159,9 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
         runs = []
         for trials in budgets:
             for seed in args.seeds:
-                for strategy in strategies:
-                    spec = RunSpec(path, label, strategy, trials, seed)
-                    print(f"bench: tuning {label} {strategy} trials={trials} seed={seed} ...",
+                for arm in arms:
+                    spec = RunSpec(path, label, arm, trials, seed)
+                    print(f"bench: tuning {label} {arm} trials={trials} seed={seed} ...",
                           flush=True)
                     run = run_tuning(spec, out, args.target, args.trials_per_batch, args.resume)
                     if run.exit_code != 0:
@@ -167,16 +173,31 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
         plots.append(plot_model(out / f"{label}_curves.png", label, runs))
         all_runs += runs
         # Written after every model, so that a long bench leaves results as it goes.
-        write_runs_csv(out / "runs.csv", all_runs, references)
-        write_summary(out / "summary.md", header, all_runs, references, plots)
+        write_runs_csv(out / "runs.csv", all_runs, references, baseline)
+        write_summary(out / "summary.md", header, all_runs, references, plots, baseline)
     print()
-    print(markdown_table(SUMMARY_COLUMNS, summary_rows(all_runs, references)))
+    print(markdown_table(summary_columns(baseline), summary_rows(all_runs, references, baseline)))
     print(f"\nbench: runs.csv, summary.md and plots in {out}")
     failed = [run for run in all_runs if run.exit_code != 0]
     if failed:
         print(f"bench: {len(failed)} of {len(all_runs)} runs failed (see summary.md)",
               file=sys.stderr)
     return 1 if failed else 0
+
+
+def selected_arms(args: argparse.Namespace) -> list[str]:
+    """The arms' names, from --arms, or from --strategies (each strategy the arm of its name)."""
+    if args.arms is not None:
+        return [arm.name for arm in parse_arms(args.arms)]
+    from harl.search import STRATEGIES
+
+    text = args.strategies or "harl,metaschedule"
+    strategies = list(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown or not strategies:
+        raise HarlError(f"unknown strategy {unknown or text!r}; choose from "
+                        f"{', '.join(STRATEGIES)}")
+    return [arm_named(s).name for s in strategies]
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 
 def plot_model(path: Path, label: str, runs: Sequence[RunResult]) -> Path:
-    """Median over seeds as a line, min..max shaded; one line per strategy and budget."""
+    """Median over seeds as a line, min..max shaded; one line per arm and budget."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,18 +21,21 @@ def plot_model(path: Path, label: str, runs: Sequence[RunResult]) -> Path:
     from matplotlib.ticker import FuncFormatter
 
     budgets = sorted({r.spec.trials for r in runs})
-    strategies = sorted({r.spec.strategy for r in runs})
+    arms = sorted({r.spec.arm for r in runs})
     figure, (by_trials, by_seconds) = plt.subplots(1, 2, figsize=(12, 4.5))
-    extra_colors = iter(plt.rcParams["axes.prop_cycle"].by_key()["color"][2:])
-    for strategy in strategies:
-        color = COLORS.get(strategy) or next(extra_colors)
+    extra = plt.rcParams["axes.prop_cycle"].by_key()["color"][2:]
+    others = [arm for arm in arms if arm not in COLORS]
+    for arm in arms:
+        # More arms than colors (an ablation has a dozen): a repeated color gets another style.
+        place = others.index(arm) if arm in others else 0
+        color, shift = COLORS.get(arm) or extra[place % len(extra)], place // len(extra)
         for index, budget in enumerate(budgets):
             curves = [r.curve for r in runs
-                      if r.spec.strategy == strategy and r.spec.trials == budget and r.curve]
+                      if r.spec.arm == arm and r.spec.trials == budget and r.curve]
             if not curves:
                 continue
-            name = f"{strategy}, {budget} trials ({len(curves)} seed{'s' * (len(curves) > 1)})"
-            style = LINESTYLES[index % len(LINESTYLES)]
+            name = f"{arm}, {budget} trials ({len(curves)} seed{'s' * (len(curves) > 1)})"
+            style = LINESTYLES[(index + shift) % len(LINESTYLES)]
             for axis, by in ((by_trials, "trials"), (by_seconds, "seconds")):
                 # Every x where some seed's best changes, so that steps are exact.
                 grid = sorted({getattr(point, by) for curve in curves for point in curve})

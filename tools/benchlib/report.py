@@ -1,4 +1,7 @@
-"""runs.csv (one row per run) and summary.md (per model and budget, medians over seeds)."""
+"""runs.csv (one row per run) and summary.md (per model and budget, medians over seeds).
+
+Ratios pair each run with the baseline arm's run of the same model, budget and seed
+(metaschedule by default; harl for an ablation without it)."""
 
 from __future__ import annotations
 
@@ -7,20 +10,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchlib.arms import toml_value
 from benchlib.curves import Spread, first_reaching, spread
 from benchlib.runs import RunResult
 from benchlib.timing import ONNXRUNTIME, UNTUNED
 from harl.measure.cpu_load import worth_saying
 
 BASELINE = "metaschedule"
+"""the arm ratios are taken against unless a caller names another"""
 
-RUN_COLUMNS = ("model", "strategy", "trials", "seed", "exit_code", "tune_wall_s", "process_wall_s",
-               "trials_done", "final_estimate_ms", "latency_ms", "latency_ms_per_process",
-               "vs_metaschedule",
-               "vs_onnxruntime", "vs_untuned", "verified", "max_abs_err",
-               "build_s_per_trial", "run_s_per_trial", "search_s_per_trial",
-               "agents_s_per_trial", "cost_model_training_s_per_trial", "measure_other_cores",
-               "work_dir")
+
+def run_columns(baseline: str = BASELINE) -> tuple[str, ...]:
+    """runs.csv's header: `arm` names the run's arm, `strategy` its harl.tune --strategy."""
+    return ("model", "arm", "strategy", "trials", "seed", "exit_code", "tune_wall_s",
+            "process_wall_s", "trials_done", "final_estimate_ms", "latency_ms",
+            "latency_ms_per_process", f"vs_{baseline}", "vs_onnxruntime", "vs_untuned",
+            "verified", "max_abs_err", "build_s_per_trial", "run_s_per_trial",
+            "search_s_per_trial", "agents_s_per_trial", "cost_model_training_s_per_trial",
+            "measure_other_cores", "work_dir")
 
 
 def agent_split(run: RunResult) -> tuple[float, float] | None:
@@ -35,11 +42,12 @@ def agent_split(run: RunResult) -> tuple[float, float] | None:
     return agents / trials, training / trials
 
 
-def baseline_of(run: RunResult, runs: Sequence[RunResult]) -> RunResult | None:
-    """The metaschedule run with the same model, budget and seed."""
+def baseline_of(run: RunResult, runs: Sequence[RunResult],
+                baseline: str = BASELINE) -> RunResult | None:
+    """The baseline arm's run with the same model, budget and seed."""
     for other in runs:
         s, o = run.spec, other.spec
-        if (o.strategy == BASELINE and o.label == s.label and o.trials == s.trials
+        if (o.arm == baseline and o.label == s.label and o.trials == s.trials
                 and o.seed == s.seed):
             return other
     return None
@@ -49,8 +57,10 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def vs_baseline(run: RunResult, runs: Sequence[RunResult]) -> float | None:
-    base = baseline_of(run, runs)
+def vs_baseline(run: RunResult, runs: Sequence[RunResult],
+                baseline: str = BASELINE) -> float | None:
+    """The run's latency over its baseline twin's (same model, budget and seed)."""
+    base = baseline_of(run, runs, baseline)
     return ratio(run.latency_ms, base.latency_ms if base else None)
 
 
@@ -65,18 +75,18 @@ def _fmt(value, digits: int = 4) -> str:
 
 
 def write_runs_csv(path: Path, runs: Sequence[RunResult],
-                   references: dict[str, dict[str, float]]) -> None:
+                   references: dict[str, dict[str, float]], baseline: str = BASELINE) -> None:
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(RUN_COLUMNS)
+        writer.writerow(run_columns(baseline))
         for run in runs:
             refs = references.get(run.spec.label, {})
             cost, split = run.cost, agent_split(run)
             writer.writerow([_fmt(v) for v in (
-                run.spec.label, run.spec.strategy, run.spec.trials, run.spec.seed, run.exit_code,
-                run.report.get("tune_seconds"), run.process_s, run.report.get("trials_done"),
-                run.final_estimate_ms, run.latency_ms,
-                " ".join(_fmt(v) for v in run.latencies_ms), vs_baseline(run, runs),
+                run.spec.label, run.spec.arm, run.spec.strategy, run.spec.trials, run.spec.seed,
+                run.exit_code, run.report.get("tune_seconds"), run.process_s,
+                run.report.get("trials_done"), run.final_estimate_ms, run.latency_ms,
+                " ".join(_fmt(v) for v in run.latencies_ms), vs_baseline(run, runs, baseline),
                 ratio(run.latency_ms, refs.get(ONNXRUNTIME)),
                 ratio(run.latency_ms, refs.get(UNTUNED)), run.verified, run.max_abs_err,
                 cost.build_s if cost else None, cost.run_s if cost else None,
@@ -95,11 +105,12 @@ class Reach:
     seconds: Spread | None
 
 
-def reach_baseline(group: Sequence[RunResult], runs: Sequence[RunResult]) -> Reach:
-    """Trials and tuning seconds each run needs to reach its metaschedule twin's final estimate."""
+def reach_baseline(group: Sequence[RunResult], runs: Sequence[RunResult],
+                   baseline: str = BASELINE) -> Reach:
+    """Trials and tuning seconds each run needs to reach its baseline twin's final estimate."""
     points, seeds = [], 0
     for run in group:
-        base = baseline_of(run, runs)
+        base = baseline_of(run, runs, baseline)
         if base is None or base.final_estimate_ms is None or not run.curve:
             continue
         seeds += 1
@@ -127,24 +138,28 @@ def _reach_text(reach: Reach, which: str) -> str:
     return f"{_spread_text(value)} ({reach.reached}/{reach.seeds})"
 
 
-SUMMARY_COLUMNS = ("model", "trials", "strategy", "latency / metaschedule",
-                   "trials to metaschedule's final", "tuning s to metaschedule's final",
-                   "tuned / onnxruntime", "tuning wall s",
-                   "per trial s: build / run / search+cost model (harl: agents, cost-model "
-                   "training)")
+def summary_columns(baseline: str = BASELINE) -> tuple[str, ...]:
+    return ("model", "trials", "arm", f"latency / {baseline}", f"trials to {baseline}'s final",
+            f"tuning s to {baseline}'s final", "tuned / onnxruntime", "tuning wall s",
+            "per trial s: build / run / search+cost model (harl: agents, cost-model training)")
 
 
-def summary_rows(runs: Sequence[RunResult],
-                 references: dict[str, dict[str, float]]) -> list[list[str]]:
-    """One row per model x budget x strategy; cells are medians over seeds [min, max]."""
-    keys = sorted({(r.spec.label, r.spec.trials, r.spec.strategy) for r in runs},
-                  key=lambda k: (k[0], k[1], k[2] != BASELINE, k[2]))
+def _groups(runs: Sequence[RunResult],
+            baseline: str) -> list[tuple[tuple[str, int, str], list[RunResult]]]:
+    """The runs by model, budget and arm (the baseline first among a budget's arms)."""
+    keys = sorted({(r.spec.label, r.spec.trials, r.spec.arm) for r in runs},
+                  key=lambda k: (k[0], k[1], k[2] != baseline, k[2]))
+    return [(key, [r for r in runs if (r.spec.label, r.spec.trials, r.spec.arm) == key])
+            for key in keys]
+
+
+def summary_rows(runs: Sequence[RunResult], references: dict[str, dict[str, float]],
+                 baseline: str = BASELINE) -> list[list[str]]:
+    """One row per model x budget x arm; cells are medians over seeds [min, max]."""
     rows = []
-    for label, trials, strategy in keys:
-        group = [r for r in runs if (r.spec.label, r.spec.trials, r.spec.strategy)
-                 == (label, trials, strategy)]
+    for (label, trials, arm), group in _groups(runs, baseline):
         ort = references.get(label, {}).get(ONNXRUNTIME)
-        reach = reach_baseline(group, runs)
+        reach = reach_baseline(group, runs, baseline)
         costs = [r.cost for r in group if r.cost is not None]
         cost_text = "n/a" if not costs else " / ".join(
             f"{spread(getattr(c, part) for c in costs).median:.3g}"
@@ -154,16 +169,37 @@ def summary_rows(runs: Sequence[RunResult],
             cost_text += (f" (agents {spread(a for a, _ in splits).median:.3g}, "
                           f"training {spread(t for _, t in splits).median:.3g})")
         failed = [r for r in group if r.exit_code != 0]
-        strategy_text = strategy + (f" ({len(failed)} of {len(group)} runs failed)"
-                                    if failed else "")
+        arm_text = arm + (f" ({len(failed)} of {len(group)} runs failed)" if failed else "")
         rows.append([
-            label, str(trials), strategy_text,
-            _spread_text(spread(vs_baseline(r, runs) for r in group), ".2f", "x"),
+            label, str(trials), arm_text,
+            _spread_text(spread(vs_baseline(r, runs, baseline) for r in group), ".2f", "x"),
             _reach_text(reach, "trials"), _reach_text(reach, "seconds"),
             _spread_text(spread(ratio(r.latency_ms, ort) for r in group), ".2f", "x"),
             _spread_text(spread(r.report.get("tune_seconds") for r in group)),
             cost_text,
         ])
+    return rows
+
+
+def paired_columns(baseline: str = BASELINE) -> tuple[str, ...]:
+    return ("model", "trials", "arm", "pairs", f"latency / {baseline}: median", "min", "max",
+            f"faster than {baseline}")
+
+
+def paired_rows(runs: Sequence[RunResult], baseline: str = BASELINE) -> list[list[str]]:
+    """Per model x budget x arm other than the baseline: over the seeds both tuned and timed,
+    arm latency / baseline latency of the same seed (median, min, max), the number of such
+    pairs and in how many the arm was faster."""
+    rows = []
+    for (label, trials, arm), group in _groups(runs, baseline):
+        if arm == baseline:
+            continue
+        ratios = [r for r in (vs_baseline(run, runs, baseline) for run in group)
+                  if r is not None]
+        s = spread(ratios)
+        cells = ["n/a"] * 3 if s is None else [f"{v:.3f}" for v in (s.median, s.low, s.high)]
+        faster = f"{sum(r < 1 for r in ratios)}/{s.n}" if s else "n/a"
+        rows.append([label, str(trials), arm, str(s.n if s else 0), *cells, faster])
     return rows
 
 
@@ -174,23 +210,30 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 
 
 def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
-                  references: dict[str, dict[str, float]], plots: Sequence[Path]) -> str:
+                  references: dict[str, dict[str, float]], plots: Sequence[Path],
+                  baseline: str = BASELINE) -> str:
     """summary.md; returns its text."""
     seeds = sorted({r.spec.seed for r in runs})
+    arms = {r.spec.arm: r.spec.arm_spec for r in runs}
     parts = ["# harl benchmark", "", "```", *header, "```", "",
              f"Seeds {', '.join(map(str, seeds))}. Cells are the median over seeds, "
              "[min, max] when they differ. Latencies: each of several fresh processes per model "
              "compiles every run's database and times all builds, untuned TVM and onnxruntime "
              "round-robin; a build's latency is the median over processes of its per-process "
              "medians (runs.csv lists them); only ratios are compared. "
-             "\"to metaschedule's final\": trials and tuning seconds until a run's end-to-end "
+             f"\"to {baseline}'s final\": trials and tuning seconds until a run's end-to-end "
              "estimate (weighted sum of the best measured task latencies, counted once every "
-             "task is measured) first reaches the final estimate of the metaschedule run with "
+             f"task is measured) first reaches the final estimate of the {baseline} run with "
              "the same budget and seed, with the number of seeds that reached it; for "
-             "metaschedule itself, when it reached its own final. Per-trial seconds: the loop's "
+             f"{baseline} itself, when it reached its own final. Per-trial seconds: the loop's "
              "wall time per measured trial, split into building, running (measuring) and the "
-             "rest (search strategy, cost model, scheduler).", "",
-             markdown_table(SUMMARY_COLUMNS, summary_rows(runs, references)), ""]
+             "rest (search strategy, cost model, scheduler). Arms:", "",
+             *(f"- {name}: `--strategy {arm.strategy}`"
+               + (", " + ", ".join(f"`{key} = {toml_value(value)}`"
+                                   for key, value in arm.settings.items())
+                  if arm.settings else "") for name, arm in arms.items()), "",
+             markdown_table(summary_columns(baseline), summary_rows(runs, references, baseline)),
+             ""]
     for label, refs in references.items():
         verified = [r for r in runs if r.spec.label == label and r.verified is not None]
         bad = [r.work_dir.name for r in verified if not r.verified]
@@ -206,6 +249,13 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
     for run in failed:
         parts.append(f"- run {run.spec.label}/{run.work_dir.name} exited {run.exit_code}; "
                      f"see {run.work_dir / 'tune_output.txt'}")
+    paired = paired_rows(runs, baseline)
+    if paired:
+        parts += ["", f"## Each arm against {baseline}, seed by seed", "",
+                  f"Per model and budget: an arm's latency over that of the {baseline} run of "
+                  "the same seed, over the seeds where both were tuned and timed (pairs), and "
+                  f"in how many the arm was faster than {baseline}.", "",
+                  markdown_table(paired_columns(baseline), paired)]
     if plots:
         parts += ["", *(f"![{p.stem}]({p.name})" for p in plots)]
     text = "\n".join(parts) + "\n"

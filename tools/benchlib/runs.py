@@ -1,4 +1,4 @@
-"""One tuning run per model x strategy x budget x seed, each a `python -m harl.tune` process."""
+"""One tuning run per model x arm x budget x seed, each a `python -m harl.tune` process."""
 
 from __future__ import annotations
 
@@ -10,20 +10,35 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchlib.arms import Arm, arm_named, write_arm_config
 from benchlib.curves import CurvePoint, TrialCost, estimate_curve, trial_cost
 from benchlib.machine import ROOT
+
+ARM_CONFIG = "arm.toml"
+"""the arm's settings in a run's work dir, handed to harl.tune as --config"""
 
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One harl.tune run to make: which model, how (the arm), how many trials, which seed."""
+
     model: Path
     label: str  # the model's short name
-    strategy: str
+    arm: str  # a name in benchlib.arms.ARMS; a strategy's name is the arm of its defaults
     trials: int  # global budget handed to harl.tune
     seed: int
 
+    @property
+    def arm_spec(self) -> Arm:
+        return arm_named(self.arm)
+
+    @property
+    def strategy(self) -> str:
+        """harl.tune --strategy of the run's arm."""
+        return self.arm_spec.strategy
+
     def work_dir(self, out: Path) -> Path:
-        return out / self.label / f"{self.strategy}-t{self.trials}-s{self.seed}"
+        return out / self.label / f"{self.arm}-t{self.trials}-s{self.seed}"
 
 
 @dataclass
@@ -54,11 +69,15 @@ class RunResult:
 
 
 def tune_command(spec: RunSpec, work_dir: Path, target: str | None,
-                 trials_per_batch: int | None, extra_args: tuple[str, ...] = ()) -> list[str]:
+                 trials_per_batch: int | None, extra_args: tuple[str, ...] = (),
+                 config: Path | None = None) -> list[str]:
+    """harl.tune's command line for `spec`; `config` is the arm's --config file, if it has one."""
     # --no-evaluate: the bench compiles, verifies and times every build itself, interleaved.
     command = [sys.executable, "-m", "harl.tune", str(spec.model), "--quiet", "--no-evaluate",
                "--work-dir", str(work_dir), "--strategy", spec.strategy,
                "--trials", str(spec.trials), "--seed", str(spec.seed)]
+    if config is not None:
+        command += ["--config", str(config)]
     if target is not None:
         command += ["--target", target]
     if trials_per_batch is not None:
@@ -74,7 +93,8 @@ def run_tuning(spec: RunSpec, out: Path, target: str | None = None,
     if resume and (work_dir / "report.json").is_file():
         return load_run(spec, work_dir, exit_code=0)
     work_dir.mkdir(parents=True, exist_ok=True)
-    command = tune_command(spec, work_dir, target, trials_per_batch, extra_args)
+    config = write_arm_config(spec.arm_spec, work_dir / ARM_CONFIG)
+    command = tune_command(spec, work_dir, target, trials_per_batch, extra_args, config)
     start = time.monotonic()
     with open(work_dir / "tune_output.txt", "w") as log:
         log.write(" ".join(command) + "\n")
