@@ -27,7 +27,7 @@ from harl.search.cost_prior import (
     prior_mismatch,
     target_arch,
 )
-from harl.search.program_scorer import ProgramScorer
+from harl.search.program_scorer import ProgramScorer, batch_trust
 from harl.search.trace_sites import schedule_of, with_state
 from harl.target import parse_target
 from harl.tvm_adapter import python_instance, xgb_predict
@@ -171,7 +171,7 @@ def test_the_prior_chooses_the_first_batch_from_the_top_of_the_pool():
     def first_batch(scorer):
         strategy, spaces = make_strategy(64, scorer=scorer)
         strategy.pre_tuning(16, 8, spaces, None, None)
-        trust = strategy._batch_trust()
+        trust = batch_trust(strategy.scorer, strategy.mod, strategy.trust, borrowed=lambda: None)
         latencies = [fake_latency(c.sch) for c in strategy.generate_measure_candidates()]
         return trust, float(np.mean(latencies))
 

@@ -18,6 +18,7 @@ from harl.search.harl_search import HarlSearchStrategy
 from harl.search.plan import SearchPlan
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
+from harl.search.sibling_transfer import SiblingBoard
 from harl.tvm_adapter import python_instance, wrap_cost_model_update
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
     _time_updates(python_instance(xgb), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
+    siblings = SiblingBoard()
     allocator_config = allocator if allocator is not None else AllocatorConfig()
     allocator = (allocator_for(tasks, allocator_config, seed)
                  if allocator_config.method == "harl" else None)
@@ -119,7 +121,7 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
             return ms.search_strategy.EvolutionarySearch()  # TVM's defaults, as the baseline's
         return HarlSearchStrategy(search, seed=seed * 7919 + index, policy=policy,
                                   scorer=scorer, metrics=metrics, task_id=index,
-                                  trust_board=trust_board)
+                                  trust_board=trust_board, siblings=siblings)
 
     return SearchPlan(
         task_scheduler=scheduler,

@@ -17,19 +17,15 @@ from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
 from harl.agents.tile_tuner import Evaluation, State, TileTuner
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
-from harl.search.program_scorer import ProgramScorer
+from harl.search.program_scorer import ProgramScorer, batch_trust
 from harl.search.search_config import HarlSearchConfig, fresh_count
+from harl.search.sibling_transfer import SiblingBoard, carried_sibling_state, signature_of
 from harl.search.sketch_outlook import Probe, sketch_outlook
 from harl.search.sketch_replay import SketchReplay
 from harl.search.sketches import Sketch, sketch_traces
 from harl.search.stored_elites import stored_elites
 from harl.search.thread_bounds import ThreadBounds
-from harl.search.trace_sites import (
-    initial_options,
-    site_of,
-    state_of,
-    tunable_insts,
-)
+from harl.search.trace_sites import initial_options, site_of, state_of, tunable_insts
 from harl.search.transplant import carried_state
 
 
@@ -41,7 +37,8 @@ class HarlSearchStrategy(PySearchStrategy):
     def __init__(self, config: HarlSearchConfig | None = None, *, seed: int = 0,
                  policy: TilePolicy | None = None, scorer: ProgramScorer | None = None,
                  metrics: MetricsLogger | None = None, task_id: int = -1,
-                 trust_board: TrustBoard | None = None) -> None:
+                 trust_board: TrustBoard | None = None,
+                 siblings: SiblingBoard | None = None) -> None:
         super().__init__()
         self.config = config or HarlSearchConfig()
         self.seed = seed
@@ -52,6 +49,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.task_id = task_id
         self.trust_board = (trust_board if trust_board is not None
                             else TrustBoard(self.config.trust_window))
+        self.siblings = siblings if siblings is not None else SiblingBoard()
 
     def _initialize_with_tune_context(self, context) -> None:
         self.mod = context.mod
@@ -69,8 +67,7 @@ class HarlSearchStrategy(PySearchStrategy):
         self.measured: set[int] = set()
         self.pending: list[tuple[int, State, State]] = []  # sketch, requested, actual
         self.pending_scores: list[float] | None = None  # the cost model's, before measurement
-        self.chosen_values: dict[int, float] = {}  # the chooser's value of the batch's sketches
-        self.best_before = math.inf  # the task's best when the batch was chosen
+        self.chosen_values, self.best_before = {}, math.inf  # the batch's: see _next_batch
         self.probes: dict[int, list[Probe]] = {}  # scored for the outlook, by sketch
         self.carried: set[tuple[int, State]] = set()  # (sketch, state) transplanted
         self.trust = self.trust_board.task(self.task_id)
@@ -84,6 +81,8 @@ class HarlSearchStrategy(PySearchStrategy):
                                         deterministic=deterministic,
                                         serial=index >= len(design_spaces),
                                         thread_bounds=ThreadBounds.of(trace)))
+        self.signatures = [signature_of(sketch.tuner.sites, state_of(sketch.trace))
+                           for sketch in self.sketches]
         self.chooser = SketchChooser(len(self.sketches), self.config.sketch, seed=self.seed)
         with self.metrics.timing("search/agent_seconds"):
             self._seed_elites(database)
@@ -111,7 +110,8 @@ class HarlSearchStrategy(PySearchStrategy):
     def clone(self):
         return HarlSearchStrategy(self.config, seed=self.seed, policy=self.policy,
                                   scorer=self.scorer, metrics=self.metrics,
-                                  task_id=self.task_id, trust_board=self.trust_board)
+                                  task_id=self.task_id, trust_board=self.trust_board,
+                                  siblings=self.siblings)
 
     # -- candidates -------------------------------------------------------------------------
 
@@ -149,30 +149,6 @@ class HarlSearchStrategy(PySearchStrategy):
     @staticmethod
     def _candidate(sch) -> MeasureCandidate:
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
-
-    def _batch_trust(self) -> float:
-        """The cost model's trust for this batch of the task.
-
-        Where the cost prior takes part, the prior's trust on workloads held out of its
-        training, or more once the task's measurements judge the scores higher: judged in-run,
-        a model is seen only on the candidates it screened to the top, a narrow range on which
-        its rank correlation reads low (the prior's on the conv2d's first batches: 0.23, against
-        0.41 on MetaSchedule's unscreened ones). Without the prior, the run's model's own trust
-        once enough of its predictions were measured; before, it is judged on the task's
-        held-out measurements, and with too few of them it borrows the other tasks' trust (see
-        TrustBoard). 0 while no model can rank.
-        """
-        if not self.scorer.ranks(self.mod):
-            return self.trust.value
-        if self.scorer.uses_prior(self.mod):
-            return max(self.scorer.prior.trust, self.trust.value)
-        if self.trust.judged:
-            return self.trust.value
-        held_out = self.scorer.holdout_trust(self.mod)
-        if held_out is not None:
-            return held_out
-        prior = self.trust_board.prior(self.task_id)
-        return 0.0 if prior is None else prior
 
     def _fill_sketch(self, sketch_id: int, count: int,
                      trust: float) -> list[tuple[int, State, object]]:
@@ -267,18 +243,39 @@ class HarlSearchStrategy(PySearchStrategy):
             sketch = self.sketches[target]
             if len(picks) >= count:
                 break
-            if target == source or not sketch.transplantable:
-                continue
-            carried = carried_state(self.sketches[source].tuner.sites, state,
-                                    sketch.tuner.sites, sketch.tuner.options)
-            if carried is None or (target, carried) in self.carried:
-                continue
-            self.carried.add((int(target), carried))
-            pick = self._measurable(int(target), carried,
-                                    self.replay.states(sketch, [carried])[0])
-            if pick is not None and state_of(pick[2].trace) == carried:
-                picks.append(pick)  # else TVM changed a decision that did not fit: no pair
+            if target != source and sketch.transplantable:
+                picks += self._carried(int(target), carried_state(
+                    self.sketches[source].tuner.sites, state, sketch.tuner.sites,
+                    sketch.tuner.options))
         return picks
+
+    def _sibling_transfers(self, wanted: int) -> list[tuple[int, State, object]]:
+        """Up to `sibling_share` of `wanted` (at least one while any is offered) picks of the
+        other tasks' best states of sketches with this one's signature, each (sketch, state)
+        once, the least tried sketches first (see `harl.search.sibling_transfer`)."""
+        share = self.config.sibling_share
+        count = max(1, round(wanted * share)) if share > 0 else 0
+        picks: list[tuple[int, State, object]] = []
+        for target in np.argsort(self.chooser.trials, kind="stable"):
+            sketch = self.sketches[target]
+            offers = (self.siblings.offers(self.task_id, self.signatures[target])
+                      if sketch.transplantable else [])
+            for offer in offers:
+                if len(picks) >= count:
+                    return picks
+                picks += self._carried(int(target), carried_sibling_state(
+                    offer, sketch.tuner.sites, sketch.tuner.options))
+        return picks
+
+    def _carried(self, target: int, carried: State | None) -> list[tuple[int, State, object]]:
+        """[the pick of `carried` in sketch `target`], measured once per (sketch, state); [] where
+        it does not fit, was carried before, or TVM changed a decision that did not fit."""
+        if carried is None or (target, carried) in self.carried:
+            return []
+        self.carried.add((target, carried))
+        sketch = self.sketches[target]
+        pick = self._measurable(target, carried, self.replay.states(sketch, [carried])[0])
+        return [pick] if pick is not None and state_of(pick[2].trace) == carried else []
 
     def _random_evaluator(self, sketch_id: int, cache: dict):
         """Random scores for the legal states: trajectories become random mutations."""
@@ -300,16 +297,20 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def _next_batch(self, wanted: int) -> list[MeasureCandidate] | None:
         """Up to `wanted` new candidates spread over the sketches; None when none is left."""
-        trust = self._batch_trust()
+        trust = batch_trust(self.scorer, self.mod, self.trust,
+                            borrowed=lambda: self.trust_board.prior(self.task_id))
         self.metrics.record("tile/batch_trust", trust)
         outlook = self._outlook(trust)
         for sketch_id in np.flatnonzero(np.isfinite(outlook)):
             self.metrics.record(f"sketch/outlook_{sketch_id}", float(outlook[sketch_id]))
         self.chooser.predict(outlook, trust)  # NaN: no prediction, the sketch is not lifted
-        picks = self._transplants(round(wanted * self.config.transplant_share))  # share <= 1
-        self.metrics.record("sketch/transplants", len(picks))
-        values = self.chooser.values()
-        self.chosen_values, self.best_before = {}, self.best_s
+        picks = self._sibling_transfers(wanted)
+        self.metrics.record("sketch/sibling_transfers", len(picks))
+        transplants = self._transplants(round(wanted * self.config.transplant_share))
+        self.metrics.record("sketch/transplants", len(transplants))
+        picks += transplants
+        values = self.chooser.values()  # the chooser's value of each sketch given slots
+        self.chosen_values, self.best_before = {}, self.best_s  # ... and the task's best
         for _ in range(self.config.fill_rounds):
             counts = self.chooser.allocate(wanted - len(picks))
             self.chosen_values.update((int(k), float(values[k])) for k in np.flatnonzero(counts))
@@ -372,13 +373,15 @@ class HarlSearchStrategy(PySearchStrategy):
             if math.isfinite(latency):
                 sketch.elites = sorted(sketch.elites + [(latency, actual)])[
                     : self.config.elites_per_sketch]
+                if sketch.transplantable:
+                    self.siblings.publish(self.task_id, self.signatures[sketch_id],
+                                          sketch.tuner.sites, latency, actual)
         for sketch_id, qualities in measured.items():
             tuner = self.sketches[sketch_id].tuner
             best = min(lat for (s, _, _), lat in zip(self.pending, latencies, strict=True)
                        if s == sketch_id)
             if sketch_id in self.chosen_values and math.isfinite(self.best_before):
-                # The chooser's value against what the sketch's candidates of the batch
-                # realised (the task's best before the batch over theirs; > 1: improved).
+                # The chooser's value, and the task's best before the batch over the sketch's.
                 self.metrics.record(f"sketch/value_{sketch_id}", self.chosen_values[sketch_id])
                 self.metrics.record(f"sketch/realised_{sketch_id}", self.best_before / best)
             tuner.observe_batch(best)

@@ -61,14 +61,20 @@ class HarlSearchConfig:
     `harl.search.transplant`): the chooser then compares sketches on equal tiles, not on the
     luck of their first samples (0: none). A compute location is carried only once the
     sibling's own samples have drawn it, so on tasks with locations transplants start later"""
+    sibling_share: float = 0.25
+    """share of a batch (at least one candidate while any is offered) that may go to the best
+    states of the run's other tasks whose sketches have the same sites and loop extents (a
+    matmul or conv fused with another epilogue; see `harl.search.sibling_transfer`), each
+    offered state once per sketch (0: none)"""
     fill_rounds: int = 4
     """rounds of drawing a batch: a round short of candidates (random samples that fail the
     postprocs, states measured before) is topped up by the next. An empty batch ends the task
     for good in MetaSchedule, so a few unlucky samples must not empty it"""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.transplant_share <= 1.0:
-            raise ValueError(f"transplant_share must be within [0, 1], not {self.transplant_share}")
+        for name in ("transplant_share", "sibling_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], not {getattr(self, name)}")
 
 
 def fresh_count(count: int, *, has_elites: bool, trust: float, tuner_share: float,

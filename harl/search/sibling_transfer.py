@@ -1,0 +1,81 @@
+"""A task's best decisions offered to the run's other tasks whose sketches have the same loops.
+
+A model's tasks often share their main loop nest and differ only in what is fused after it: a
+matmul with and without its bias or residual add, the same conv with and without the add of its
+block. MetaSchedule tunes each from scratch; their best tiles, though, are close. Every task
+publishes each sketch's best measured state on a board the run's tasks share, keyed by the
+sketch's signature (its sites and loop extents); a task whose sketch has the same signature
+measures a sibling's best once, among its first candidates (`HarlSearchConfig.sibling_share`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from harl.agents.tile_tuner import CHOICE_KINDS, Site, State, is_legal
+
+Signature = tuple
+"""a sketch's decisions up to their values: each site's kind, levels and innermost bound, and a
+tile's extent (the product of its factors)"""
+
+
+def signature_of(sites: Sequence[Site], state: State) -> Signature:
+    """The signature of a sketch with `sites` whose trace drew `state`."""
+    return tuple((site.kind, site.size, site.max_innermost,
+                  int(np.prod(decision)) if site.kind == "tile" else None)
+                 for site, decision in zip(sites, state, strict=True))
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One task's best measured state of a sketch with some signature."""
+
+    task_id: int
+    latency_s: float
+    sites: tuple[Site, ...]
+    state: State
+
+
+class SiblingBoard:
+    """The best state each task measured per sketch signature, shared by the run's tasks."""
+
+    def __init__(self) -> None:
+        self._best: dict[Signature, dict[int, Offer]] = {}
+
+    def publish(self, task_id: int, signature: Signature, sites: Sequence[Site],
+                latency_s: float, state: State) -> None:
+        """A measured state of `task_id`'s sketch; kept where it is the task's best there."""
+        offers = self._best.setdefault(signature, {})
+        held = offers.get(task_id)
+        if held is None or latency_s < held.latency_s:
+            offers[task_id] = Offer(task_id, latency_s, tuple(sites), state)
+
+    def offers(self, task_id: int, signature: Signature) -> list[Offer]:
+        """Other tasks' best states of sketches with `signature`, fastest first."""
+        found = self._best.get(signature, {})
+        return sorted((offer for task, offer in found.items() if task != task_id),
+                      key=lambda offer: offer.latency_s)
+
+
+def carried_sibling_state(offer: Offer, target_sites: Sequence[Site],
+                          target_options: Sequence[Sequence[int]]) -> State | None:
+    """The offered state as one of the target sketch's (same signature, so the same sites):
+    tiles and categories as offered; a choice (compute location, parallel extent) as offered
+    where the target knows it as an option, else the target's own first known option, since
+    another task's loop indices need not name the same loops. None where a decision does not
+    fit."""
+    if list(offer.sites) != list(target_sites):
+        return None
+    carried = []
+    for site, decision, options in zip(target_sites, offer.state, target_options, strict=True):
+        if site.kind in CHOICE_KINDS and decision not in options:
+            if not options:
+                return None
+            decision = options[0] if site.kind == "compute_location" else options[-1]
+        if not is_legal(site, decision, options=options):
+            return None
+        carried.append(decision)
+    return tuple(carried)
