@@ -41,6 +41,7 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("tile-evolutionary", "harl", {"search.tile.method": "evolutionary"}),
     Arm("fixed-exploration", "harl", {"search.tile.adaptive": False}),
     Arm("no-transplants", "harl", {"search.transplant_share": 0.0}),
+    Arm("no-siblings", "harl", {"search.sibling_share": 0.0}),
     Arm("no-nests", "harl", {"nests.measure": False}),
     Arm("no-prior", "harl", {"cost_prior": False}),
 )}
