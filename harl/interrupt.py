@@ -77,6 +77,7 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
 
     global _active
     previous = {signum: signal.signal(signum, on_stop_signal) for signum in STOP_SIGNALS}
+    watcher = _SecondSignalWatcher()
     outer, _active = _active, flag
     try:
         yield flag
@@ -85,10 +86,46 @@ def interrupt_flag() -> Iterator[InterruptFlag]:
             raise KeyboardInterrupt from None
         raise
     finally:
+        watcher.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _active = outer
     flag.check()
+
+
+class _SecondSignalWatcher:
+    """Exits on a second stop signal even while the main thread is inside TVM's C++ code.
+
+    Python runs a signal's handler only when the main thread next runs Python code; a C++ search
+    that never calls back (MetaSchedule's evolutionary search on a huge fused task) would hold
+    off both Ctrl-Cs. The interpreter's C handler also writes each signal's number to a wakeup
+    fd: a thread reading it counts them (TVM's calls release the GIL).
+    """
+
+    def __init__(self) -> None:
+        self._read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._write = write
+        self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="harl-stop-watcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        stops = {int(s) for s in STOP_SIGNALS}
+        seen = 0
+        while chunk := os.read(self._read, 64):  # b"" once the write end is closed
+            seen += sum(1 for signum in chunk if signum in stops)
+            if seen >= 2:
+                sys.stderr.write("\nharl: interrupted twice: exiting at once; run the same "
+                                 "command again to resume\n")
+                os._exit(130)
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._write)
+        self._thread.join(timeout=5)
+        os.close(self._read)
 
 
 @derived_object
