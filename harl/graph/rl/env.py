@@ -107,6 +107,7 @@ class GraphRewriteEnv(gym.Env):
         self.best = Best(start, self.initial_cost, ())
         self._failed: dict[object, set[Action]] = {}  # graph key -> actions that failed there
         self.failures = 0  # rewrites that failed or gave a graph without a finite cost
+        self._next: dict[tuple[object, Action], RewriteGraph | None] = {}  # rewrites done
         self._obs: Observation | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -123,7 +124,7 @@ class GraphRewriteEnv(gym.Env):
         self.steps += 1
         reward, stopped = 0.0, action == len(obs.actions)
         if not stopped:
-            new = self.graph.apply(obs.actions[action])
+            new = self._apply(obs.actions[action])
             cost = float(self.cost(new)) if new is not None else math.inf
             if math.isfinite(cost):
                 reward = REWARD_SCALE * (self.current_cost - cost) / self.initial_cost
@@ -138,6 +139,13 @@ class GraphRewriteEnv(gym.Env):
         terminated = stopped or not obs.actions
         truncated = not terminated and self.steps >= self.horizon
         return obs, reward, terminated, truncated, self._info()
+
+    def _apply(self, action: Action) -> RewriteGraph | None:
+        """The graph rewritten by `action`, remembered: later episodes replay it for free."""
+        key = (self.graph.key(), action)
+        if key not in self._next:
+            self._next[key] = self.graph.apply(action)
+        return self._next[key]
 
     def _observe(self) -> Observation:
         links, edge_features = self.graph.edges()
