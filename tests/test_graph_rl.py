@@ -152,6 +152,22 @@ def test_sampled_actions_on_real_rules_always_apply(name):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_relax_node_features_read_shapes_flops_and_edges():
+    from harl.graph.load import relax_of_onnx
+    from harl.graph.rl.relax_graph import KINDS, LOG_SCALE, SHAPE_DIMS
+
+    graph = RelaxGraph(relax_of_onnx(EXAMPLES / "cnn.onnx"), ALL_RULES)
+    nodes, (links, sizes) = graph.node_features(), graph.edges()
+    param = graph.mod["main"].params[0]
+    shape = tuple(int(d) for d in param.ty.shape.values)
+    base = len(KINDS)
+    assert nodes[0, KINDS.index("param")] == 1.0 and nodes[0, base] == len(shape) / SHAPE_DIMS
+    assert nodes[0, base + 1] == pytest.approx(np.log1p(np.prod(shape)) / LOG_SCALE)
+    conv = next(i for i in range(len(nodes)) if nodes[i, KINDS.index("nn.conv2d")] == 1.0)
+    assert nodes[conv, -1] > nodes[conv, base + 1] > 0  # multiply-adds exceed its outputs
+    assert len(links) >= len(nodes) - 1 and (sizes > 0).all()
+
+
 class _Broken(Rule):
     """A rule whose every rewrite fails."""
 
@@ -188,7 +204,7 @@ def test_rl_search_returns_the_cheapest_graph_it_reached():
         seen.append(_roofline(graph))
         return seen[-1]
 
-    result = rl_search(mod, cost, config=RlConfig(episodes=4, horizon=3, policy="fresh",
+    result = rl_search(mod, cost, config=RlConfig(episodes=4, horizon=3,
                                                   ppo=PPOConfig(episodes_per_update=2)))
     assert result.episodes == 5 and result.updates == 2 and result.policy == "fresh"
     assert result.cost == min(seen) == pytest.approx(_roofline(result.mod))

@@ -19,6 +19,7 @@ random policy's, unless --force.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import itertools
 import json
@@ -103,6 +104,21 @@ def evaluate(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, k: int,
     return {"k": k, "per_graph": rows, "mean_cut_percent": means}
 
 
+def online(envs: dict[str, GraphRewriteEnv], policy: str) -> dict:
+    """Per held-out graph, the cost cut (%) of the product's search (`--graph rl` at its
+    defaults: episodes fine-tuning the policy on the graph, the cheapest graph reached) from
+    `policy` (fresh, or a policy file); and the mean."""
+    from harl.graph.rl.config import RlConfig
+    from harl.graph.search.rl import rl_search
+
+    rows = {}
+    for name, env in envs.items():
+        found = rl_search(env.start.mod, lambda mod, env=env: env.cost(
+            RelaxGraph(mod, env.start.rules)), config=RlConfig(policy=policy))
+        rows[name] = 100.0 * (env.initial_cost - found.cost) / env.initial_cost
+    return {"per_graph": rows, "mean_cut_percent": float(np.mean(list(rows.values())))}
+
+
 def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, minutes: float,
           seed: int, log_path: Path) -> dict:
     """PPO over the training graphs: each update's episodes on graphs drawn at random."""
@@ -139,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "logs" / "graph_rl")
     parser.add_argument("--evaluate", type=Path, default=None,
                         help="evaluate this policy on the held-out graphs; no training")
+    parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="PPOConfig fields to change, e.g. entropy_coef=0.03")
     parser.add_argument("--force", action="store_true",
                         help="write the policy even where it does not beat random")
     args = parser.parse_args(argv)
@@ -153,11 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     train_specs, held_specs = split(specs())
     cost_model = GraphCostModel(parse_target("llvm"), samples=SAMPLES)
     held = make_envs(held_specs, args.work / "corpus", cost_model)
-    config = PPOConfig()
+    fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
+    config = PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
+                          for key, value in (item.split("=", 1) for item in args.ppo)})
     if args.evaluate is not None:
         policy, config, _ = load_policy(args.evaluate)
         print(json.dumps(evaluate(held, Trainer(policy, config, seed=args.seed), k=args.k,
                                   seed=args.seed)["mean_cut_percent"], indent=1))
+        for start in (str(args.evaluate), "fresh"):
+            print(f"online from {start}: {online(held, start)}")
         return 0
     envs = make_envs(train_specs, args.work / "corpus", cost_model)
     policy = make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM,
@@ -175,13 +197,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trained: {run}")
     print("held-out mean cost cut (%): " + ", ".join(f"{k} {v:.3f}" for k, v in means.items())
           + f"; the untrained policy's best of k: {fresh['policy_best_of_k']:.3f}")
+    rule_names = next(iter(envs.values())).start.rule_names
+    candidate = args.work / "candidate.npz"
+    save_policy(candidate, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                rule_names=rule_names)
+    result["online"] = {"trained": online(held, str(candidate)), "fresh": online(held, "fresh")}
+    print("held-out mean cost cut (%) of --graph rl at its defaults: from the trained policy "
+          f"{result['online']['trained']['mean_cut_percent']:.3f}, from a fresh one "
+          f"{result['online']['fresh']['mean_cut_percent']:.3f}")
     wins = means["policy_best_of_k"] > max(means["random_best_of_k"],
                                            means["random_no_stop_best_of_k"])
     if not (wins or args.force):
         print("the policy does not beat a random one on the held-out graphs: nothing written")
         return 1
     save_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
-                rule_names=next(iter(envs.values())).start.rule_names, manifest={
+                rule_names=rule_names, manifest={
                     "trained_by": "tools/train_graph_rl.py", "cost": COST, "horizon": HORIZON,
                     "corpus": {"train": [s.name for s in train_specs],
                                "held_out": [s.name for s in held_specs]},

@@ -4,7 +4,8 @@ Nodes are the function's parameters and the bindings of its dataflow blocks; an 
 a variable to each binding that uses it. A node's features: its operator (one-hot over
 `OP_VOCAB`, plus parameter, tuple, tuple item and other), its output's log shape (rank, log
 elements, the last four dims' logs), its constant arguments (how many, log elements) and
-whether the function returns it. An edge's feature is the log size of the tensor it carries.
+whether the function returns it, and its log FLOPs (a matmul's or conv's multiply-adds from its
+shapes, else its output's elements). An edge's feature is the log size of the tensor it carries.
 The estimated latency of the fused task a node falls in is left out: it needs TVM's fusion
 traced back to the bindings, which costs as much as pricing the graph again.
 
@@ -35,7 +36,7 @@ SHAPE_DIMS = 4
 """the last this many dims of a node's output shape are features"""
 LOG_SCALE = 10.0
 """logs are divided by this, so that features stay near 1"""
-NODE_DIM = len(KINDS) + 2 + SHAPE_DIMS + 3
+NODE_DIM = len(KINDS) + 2 + SHAPE_DIMS + 4
 EDGE_DIM = 1
 
 
@@ -45,7 +46,7 @@ def _log(x: float) -> float:
 
 def _shape(expr) -> tuple[int, ...] | None:
     """The static shape of a tensor-typed expression; None for other types or symbolic dims."""
-    shape = getattr(getattr(expr, "struct_info", None), "shape", None)
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
     values = getattr(shape, "values", None)
     if values is None:
         return None
@@ -67,7 +68,19 @@ def _kind(value) -> str:
     return name if name in OP_VOCAB else "other"
 
 
-def _node_row(kind: str, out, constants: Sequence, is_output: bool) -> np.ndarray:
+def _flop(kind: str, out, args: Sequence) -> float:
+    """Multiply-adds of a matmul or conv2d from its shapes; else its output's elements."""
+    elements = math.prod(_shape(out) or ())
+    shapes = [_shape(a) for a in args[:2]]
+    if kind == "matmul" and shapes[0]:
+        return elements * shapes[0][-1]
+    if kind == "nn.conv2d" and len(shapes) == 2 and shapes[1]:
+        return elements * math.prod(shapes[1][1:])
+    return elements
+
+
+def _node_row(kind: str, out, constants: Sequence, is_output: bool,
+              flop: float = 0.0) -> np.ndarray:
     row = np.zeros(NODE_DIM, dtype=np.float32)
     row[KINDS.index(kind)] = 1.0
     shape = _shape(out)
@@ -81,6 +94,7 @@ def _node_row(kind: str, out, constants: Sequence, is_output: bool) -> np.ndarra
     row[base + 2 + SHAPE_DIMS] = len(constants) / 4
     row[base + 3 + SHAPE_DIMS] = _log(sum(sizes))
     row[base + 4 + SHAPE_DIMS] = float(is_output)
+    row[base + 5 + SHAPE_DIMS] = _log(flop)
     return row
 
 
@@ -115,9 +129,9 @@ class RelaxGraph:
                             or ([value.tuple_value] if isinstance(value, relax.TupleGetItem)
                                 else []))
                 constants = [a for a in args if isinstance(a, tvm.ir.expr.Constant)]
-                me = len(rows)
-                rows.append(_node_row(_kind(value), binding.var, constants,
-                                      binding.var.name in outputs))
+                me, kind = len(rows), _kind(value)
+                rows.append(_node_row(kind, binding.var, constants, binding.var.name in outputs,
+                                      _flop(kind, binding.var, args)))
                 for var in relax.analysis.free_vars(value):
                     if var.name in index:
                         links.append((index[var.name], me))

@@ -1,9 +1,10 @@
 """Graph search by reinforcement learning (X-RLflow on harl's rules): a graph neural network
 policy rewrites the graph one (rule, match) at a time, or stops, and is fine-tuned online with
 PPO on the episodes it plays on this graph; the result is the cheapest graph any episode
-reached. It starts from the policy harl ships (`harl/data/graph_rl_policy.npz`, trained by
-`tools/train_graph_rl.py` on a corpus of small graphs that are not the benchmark models) where
-there is one and its rules are harl's, else from a fresh one.
+reached. By default it starts from a fresh policy and learns on the model's graph alone: harl
+ships no pretrained policy, since the one `tools/train_graph_rl.py` trained across a corpus of
+small graphs did not beat a random policy on the corpus's held-out graphs. A policy file it
+writes (or `harl/data/graph_rl_policy.npz`, where one ships) can be the start instead.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: 
     """(policy, its PPO config, where it came from): the configured file where its rules and
     features are these, else a fresh one (with one line saying why)."""
     path = None
-    if config.policy == "shipped" and SHIPPED_POLICY.is_file():
-        path = SHIPPED_POLICY
-    elif config.policy not in ("shipped", "fresh"):
+    if config.policy == "shipped":
+        path = SHIPPED_POLICY if SHIPPED_POLICY.is_file() else None
+        if path is None:
+            log.info("harl: graph: harl ships no graph policy; starting from a fresh one")
+    elif config.policy != "fresh":
         path = Path(config.policy)
     if path is not None:
         policy, saved, manifest = load_policy(path)
