@@ -119,6 +119,7 @@ def test_rl_end_to_end(tmp_path, tiny_config):
     assert report["verified"] is True
     graph = report["graph"]
     assert graph["method"] == "rl" and graph["rl_episodes"] == 3 and graph["rl_updates"] == 1
+    assert graph["rl_policy"] == "fresh"
     assert graph["estimated_ms_after"] <= graph["estimated_ms_before"]
     assert graph["rewritten"] == bool(graph["applied"])
     assert (tmp_path / "model_rewritten.json").exists() == graph["rewritten"]

@@ -83,7 +83,8 @@ class GraphRewriteEnv(gym.Env):
 
     Actions are indices into the observation's `actions`; `len(actions)` stops the episode.
     `info["action_mask"]` marks which of `max_actions + 1` indices are legal: the rewrites,
-    then the stop."""
+    then the stop. `observation_space` describes the graph part of an `Observation` (its node
+    and edge features); the list of actions it also carries has no gymnasium space."""
 
     metadata = {"render_modes": []}
 
