@@ -90,13 +90,11 @@ class Trainer:
         taken = torch.tensor([s.action for s in steps])
         order = np.arange(len(steps))
         rng = np.random.default_rng(self.updates)
-        size = max(1, len(steps) // cfg.minibatches)
         stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "entropy": [],
                                          "approx_kl": [], "clip_fraction": []}
         for _ in range(cfg.update_epochs):
             rng.shuffle(order)
-            for start in range(0, len(steps), size):
-                idx = order[start: start + size]
+            for idx in np.array_split(order, min(cfg.minibatches, len(steps))):
                 batch = batch_observations([steps[i].obs for i in idx], self.policy.rules)
                 logprobs, entropy, new_values = self.policy.evaluate(batch, taken[idx])
                 # --- policy loss (clipped ratio), advantages normalised per minibatch ---
