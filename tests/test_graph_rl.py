@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import EXAMPLES, random_relax_inputs, run_relax
 
-from harl.graph.rl.chain import ChainGraph, chain_cost, detour_chain
+from harl.graph.rl.chain import ChainGraph, ChainRule, chain_cost, detour_chain
 from harl.graph.rl.config import PPOConfig, RlConfig
 from harl.graph.rl.env import GraphRewriteEnv
 from harl.graph.rl.policy import batch_observations
@@ -72,11 +72,19 @@ def test_the_reward_is_x_rlflows_and_sums_to_the_relative_drop():
     assert env.best.cost == 3.5 and env.best.path == ("split@2", "fuse@2")
 
 
-def test_ppo_learns_a_sequence_that_passes_through_a_costlier_graph():
-    """Greedy shrinks both a's (cost 6); the best (3) first splits an a, which costs more."""
-    graph, table, best = detour_chain()
-    cost = chain_cost(table)
-    env = GraphRewriteEnv(graph, cost, horizon=5)
+def _folds_chain():
+    """Two scales that fold into the matmuls after them (s m -> m), a third before an x that
+    cannot, and a `spread` rule (m -> m m) that only costs: the best folds both and stops, at
+    3.5 from 5.5."""
+    rules = (ChainRule("fold", ("s", "m"), ("m",)), ChainRule("spread", ("m",), ("m", "m")))
+    table = {"s": 1.0, "m": 1.0, "x": 0.5}
+    return ChainGraph(("s", "m", "s", "x", "s", "m"), rules, tuple(table)), table, 3.5
+
+
+def _learn(graph, cost, best, *, horizon: int):
+    """PPO on one chain until its most likely episode reaches `best` (checked every 5 updates,
+    at most 100); the env and the last update's metrics."""
+    env = GraphRewriteEnv(graph, cost, horizon=horizon)
     config = PPOConfig(episodes_per_update=8)
     trainer = Trainer(make_policy(node_dim=graph.node_features().shape[1], edge_dim=1,
                                   rules=len(graph.rules), config=config, seed=0), config)
@@ -91,6 +99,21 @@ def test_ppo_learns_a_sequence_that_passes_through_a_costlier_graph():
             if env.current_cost == best:
                 break
     assert env.current_cost == best, f"PPO ended at {env.current_cost} ({env.path})"
+    return env, metrics
+
+
+def test_ppo_learns_the_best_sequence_of_folds():
+    graph, table, best = _folds_chain()
+    assert _best_reachable(graph, chain_cost(table), 4) == best
+    env, _ = _learn(graph, chain_cost(table), best, horizon=4)
+    assert len(env.path) == 2 and all(step.startswith("fold@") for step in env.path)
+
+
+def test_ppo_learns_a_sequence_that_passes_through_a_costlier_graph():
+    """Greedy shrinks both a's (cost 6); the best (3) first splits an a, which costs more."""
+    graph, table, best = detour_chain()
+    cost = chain_cost(table)
+    env, metrics = _learn(graph, cost, best, horizon=5)
     costs = [cost(graph)]
     for label in env.path:  # replay: some step raises the cost
         graph = graph.apply(next(a for a in graph.actions() if a.label == label))
