@@ -32,7 +32,8 @@ class PPOConfig:
     entropy_coef: float = 0.01
     """weight of the entropy bonus"""
     max_grad_norm: float = 0.5
-    """gradients are clipped to this norm"""
+    """the actor's gradients and the critic's are each clipped to this norm (one norm over
+    both let the critic's loss, large at X-RLflow's reward scale, shrink the actor's steps)"""
     episodes_per_update: int = 4
     """episodes collected before each update"""
     value_scale: float = 10.0

@@ -152,6 +152,12 @@ class GraphPolicy(nn.Module):
             nn.init.zeros_(head[-1].weight)
             nn.init.zeros_(head[-1].bias)
 
+    def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """(the actor's parameters, the critic's)."""
+        critic = [*self.critic_encoder.parameters(), *self.value_head.parameters()]
+        ids = {id(p) for p in critic}
+        return [p for p in self.parameters() if id(p) not in ids], critic
+
     def forward(self, batch: GraphBatch):
         """(rule log-probs (graphs, rules + 1), match log-probs within their rule (actions,),
         values (graphs,))."""

@@ -111,7 +111,8 @@ class Trainer:
                         - cfg.entropy_coef * entropy.mean())
                 self.optimizer.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                for group in self.policy.parameter_groups():  # the critic's large
+                    torch.nn.utils.clip_grad_norm_(group, cfg.max_grad_norm)  # loss apart
                 self.optimizer.step()
                 # --- is it learning? (CleanRL's diagnostics) ---
                 with torch.no_grad():
