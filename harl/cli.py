@@ -76,10 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tune only: skip compiling, checking and timing the tuned model")
     parser.add_argument("--no-prior", dest="cost_prior", action="store_false", default=None,
                         help=_help("cost_prior") + " (on by default; this turns it off)")
-    parser.add_argument("--graph", default=None, choices=["off", "greedy", "eqsat"],
+    parser.add_argument("--graph", default=None, choices=["off", "greedy", "eqsat", "rl"],
                         help="search rewrites of the model's graph before tuning its tasks "
                              "(greedy: the best rewrite while the estimated latency drops; "
-                             "eqsat: equality saturation guided by MCTS), again with the tuned "
+                             "eqsat: equality saturation guided by MCTS; rl: a graph neural "
+                             "network policy fine-tuned with PPO), again with the tuned "
                              "latencies before the last share of the trials; [graph] in a "
                              "config file sets its limits (default off)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")

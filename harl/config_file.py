@@ -54,13 +54,14 @@ def field_types(cls) -> dict[str, object]:
     from harl.agents.tile_policy import TilePolicyConfig
     from harl.agents.tile_tuner import TileTunerConfig
     from harl.graph.config import EqsatConfig, GraphConfig
+    from harl.graph.rl.config import PPOConfig, RlConfig
     from harl.naive_nests import NaiveNestConfig
     from harl.search.search_config import HarlSearchConfig
 
     known = {c.__name__: c for c in (
         TuneConfig, MeasureConfig, RpcConfig, VerifyConfig, CostModelConfig, HarlSearchConfig,
         SketchConfig, TileTunerConfig, TilePolicyConfig, SurrogateConfig, AllocatorConfig,
-        NaiveNestConfig, GraphConfig, EqsatConfig)}
+        NaiveNestConfig, GraphConfig, EqsatConfig, RlConfig, PPOConfig)}
     return typing.get_type_hints(cls, localns={**known, "Path": Path})
 
 

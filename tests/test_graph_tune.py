@@ -1,4 +1,4 @@
-"""`python -m harl.tune --graph greedy|eqsat` on real TVM (llvm): the graph level in a run, its
+"""`python -m harl.tune --graph greedy|eqsat|rl` on real TVM (llvm): the graph level in a run, its
 resume, its report, a search that fails, and plain TVM rebuilding the rewritten graph."""
 
 import json
@@ -21,6 +21,14 @@ max_children = 6
 time_limit_s = 20.0
 ilp_time_limit_s = 5.0
 ilp_solutions = 1
+
+[graph.rl]
+episodes = 2
+horizon = 3
+max_evals = 12
+
+[graph.rl.ppo]
+episodes_per_update = 2
 
 [verify]
 timing_seconds = 1.0
@@ -101,6 +109,24 @@ def test_eqsat_end_to_end(tmp_path, tiny_config):
     assert graph["estimated_ms_after"] <= graph["estimated_ms_before"]
     assert report["trials_done"] == 6 and len(trial_record_lines(tmp_path)) == 6
     assert "graph (eqsat): " in proc.stdout
+
+
+def test_rl_end_to_end(tmp_path, tiny_config):
+    proc = harl_tune_here(TRANSFORMER, "--graph", "rl", "--trials", 6, "--work-dir",
+                          tmp_path, "--config", tiny_config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = _report(tmp_path)
+    assert report["verified"] is True
+    graph = report["graph"]
+    assert graph["method"] == "rl" and graph["rl_episodes"] == 3 and graph["rl_updates"] == 1
+    assert graph["rl_policy"] == "fresh"
+    assert graph["estimated_ms_after"] <= graph["estimated_ms_before"]
+    assert graph["rewritten"] == bool(graph["applied"])
+    assert (tmp_path / "model_rewritten.json").exists() == graph["rewritten"]
+    assert {"losses/approx_kl", "losses/entropy"} <= set(graph["rl_ppo"])
+    assert graph["second_search"]["rl_episodes"] == 3
+    assert report["trials_done"] == 6 and len(trial_record_lines(tmp_path)) == 6
+    assert "graph (rl): " in proc.stdout
 
 
 def test_a_search_that_raises_leaves_the_original_graph(tmp_path, tiny_config, monkeypatch):

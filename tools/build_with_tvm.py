@@ -10,7 +10,7 @@ graph harl imported: the model itself, or the work dir's `model_imported.onnx` w
 rewrote it; `--reference` names the model onnxruntime runs (default: MODEL; the original where
 the rewrite holds operators onnxruntime lacks, such as ConvInteger's int32 Conv).
 
-Where harl rewrote the graph itself (`--graph greedy|eqsat`), the tuned tasks are those of the
+Where harl rewrote the graph itself (`--graph greedy|eqsat|rl`), the tuned tasks are those of the
 rewritten Relax module it saved in the work dir as `model_rewritten.json` (`tvm.ir.save_json`):
 that module is built instead of MODEL's import (picked up from WORK_DIR, or named by `--graph`;
 `--graph none` builds MODEL's import regardless); MODEL still gives the inputs and onnxruntime's

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harl.graph.rl.config import RlConfig
 from harl.graph.search.eqsat import EqsatConfig
 
-METHODS = ("off", "greedy", "eqsat")
-"""graph searches: none, TASO-style greedy, equality saturation + MCTS"""
+METHODS = ("off", "greedy", "eqsat", "rl")
+"""graph searches: none, TASO-style greedy, equality saturation + MCTS, a PPO-trained graph
+neural network policy (X-RLflow)"""
 
 
 def _eqsat_config() -> EqsatConfig:
@@ -20,8 +22,9 @@ class GraphConfig:
     """The graph level: rewrite the imported graph before its tasks are tuned."""
 
     method: str = "off"
-    """off | greedy | eqsat: search the graph's rewrites before tuning (greedy: apply the best
-    rewrite while the estimated latency drops; eqsat: equality saturation guided by MCTS)"""
+    """off | greedy | eqsat | rl: search the graph's rewrites before tuning (greedy: apply the
+    best rewrite while the estimated latency drops; eqsat: equality saturation guided by MCTS;
+    rl: a graph neural network policy, fine-tuned online with PPO)"""
     retune_share: float = 0.25
     """the share of the trial budget kept for after the second search, which prices graphs with
     the latencies tuned so far; a changed graph's new tasks are tuned with it"""
@@ -36,6 +39,8 @@ class GraphConfig:
     records)"""
     eqsat: EqsatConfig = field(default_factory=_eqsat_config)
     """eqsat: the e-graph's size, time and extraction limits"""
+    rl: RlConfig = field(default_factory=RlConfig)
+    """rl: episodes, horizon, cost budget and starting policy of the learned search"""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

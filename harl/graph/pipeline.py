@@ -1,4 +1,4 @@
-"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat`).
+"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat|rl`).
 
 Before tuning, the chosen search rewrites the imported graph, priced by `GraphCostModel` (the
 cost-model prior, and the work dir's measured tasks where it holds any); the rewritten graph is
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 from harl.graph.config import GraphConfig
@@ -130,6 +131,7 @@ class GraphStage:
     def _search(self, mod, cost_model) -> tuple[object, dict]:
         from harl.graph.search.eqsat import eqsat
         from harl.graph.search.greedy import greedy
+        from harl.graph.search.rl import rl_search
 
         def cost(graph) -> float:
             return cost_model.estimate(graph).total_ms
@@ -140,6 +142,15 @@ class GraphStage:
                 "applied": list(result.applied), "estimated_ms_before": result.trace[0],
                 "estimated_ms_after": result.cost, "graphs_costed": result.evals,
                 "search_seconds": round(result.seconds, 2)}
+        if self.config.method == "rl":
+            result = rl_search(mod, cost, config=self.config.rl)
+            return result.mod, {
+                "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
+                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
+                "search_seconds": round(result.seconds, 2), "rl_policy": result.policy,
+                "rl_episodes": result.episodes, "rl_updates": result.updates,
+                "rl_ppo": {k: round(v, 6) for k, v in result.metrics.items()
+                           if math.isfinite(v)}}
         result = eqsat(mod, cost, config=self.config.eqsat)
         return result.mod, {
             "applied": list(result.applied) if result.source != "original" else [],

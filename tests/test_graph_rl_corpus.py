@@ -1,0 +1,68 @@
+"""The graph agent's training corpus and tool: the held-out rule, no benchmark model in the
+corpus, and a short training, evaluation and save on two of its graphs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+import numpy as np
+import torch
+from conftest import EXAMPLES, ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+
+import train_graph_rl  # noqa: E402
+from benchlib.graph_corpus import specs, split  # noqa: E402
+
+from harl.graph.rl.config import PPOConfig  # noqa: E402
+from harl.graph.rl.ppo import Trainer, load_policy, make_policy  # noqa: E402
+from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_every_third_graph_of_a_family_is_held_out_and_none_is_a_benchmark_model():
+    all_specs = specs()
+    train, held = split(all_specs)
+    assert len({s.name for s in all_specs}) == len(all_specs)
+    assert len(train) + len(held) == len(all_specs) and not {s.name for s in train} & {
+        s.name for s in held}
+    families = Counter(s.family for s in all_specs)
+    held_by_family = Counter(s.family for s in held)
+    assert set(families) == {"encoder", "gated-mlp", "branchy-cnn"}
+    for family, count in families.items():
+        assert held_by_family[family] == (count + 1) // 3  # the second, fifth, ...
+    benchmark = {m["name"] for m in json.loads((ROOT / "tasks" / "corpus.json").read_text())[
+        "models"]} | {p.stem for p in EXAMPLES.glob("*.onnx")}
+    assert not benchmark & {s.name for s in all_specs}
+
+
+def test_a_short_training_evaluates_and_saves(tmp_path):
+    from harl.graph.cost import GraphCostModel
+    from harl.target import parse_target
+
+    chosen = [s for s in specs() if s.name in ("gated_mlp_w32x1", "fire_s24")]
+    cost_model = GraphCostModel(parse_target("llvm"), samples=0)
+    envs = train_graph_rl.make_envs(chosen, tmp_path, cost_model)
+    config = PPOConfig(episodes_per_update=2, hidden=16, layers=1)
+    trainer = Trainer(make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                                  rules=len(envs["fire_s24"].start.rule_names), config=config),
+                      config)
+    run = train_graph_rl.train(envs, trainer, updates=2, minutes=5, seed=0,
+                               log_path=tmp_path / "metrics.jsonl")
+    assert run["updates"] == 2 and run["episodes"] == 4 and run["steps"] >= 4
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["update"] for line in lines] == [1, 2]
+    assert "losses/clip_fraction" in lines[0]
+    result = train_graph_rl.evaluate(envs, trainer, k=1, seed=0)
+    for row in result["per_graph"].values():
+        assert set(row) == {"policy_greedy", "policy_best_of_k", "random_best_of_k",
+                            "random_no_stop_best_of_k", "greedy_search"}
+        assert all(np.isfinite(list(row.values())))
+    assert result["mean_cut_percent"]["greedy_search"] >= 0.0  # greedy never takes a loss
+    path = tmp_path / "policy.npz"
+    train_graph_rl.save_policy(path, trainer.policy, config=config, node_dim=NODE_DIM,
+                               edge_dim=EDGE_DIM, rule_names=envs["fire_s24"].start.rule_names)
+    assert load_policy(path)[1] == config

@@ -1,0 +1,227 @@
+"""Train the graph agent (`--graph rl`) across the graph corpus and ship it if it beats a random
+policy on the held-out graphs.
+
+    python tools/train_graph_rl.py                     # train, evaluate, write if it wins
+    python tools/train_graph_rl.py --minutes 8 --updates 300 --out harl/data/graph_rl_policy.npz
+    python tools/train_graph_rl.py --evaluate harl/data/graph_rl_policy.npz   # evaluate only
+
+The corpus (tools/benchlib/graph_corpus.py) is small torch modules with random weights, none a
+benchmark model; its held-out third is never trained on. Graphs are priced as the product's
+first search prices them, by GraphCostModel with the shipped cost-model prior, but with 4
+sampled schedules per unmeasured task instead of 16: on these small graphs a new graph costs
+0.1-0.4 s, so training fits a few CPU-minutes (the roofline alone, `samples=0`, is faster but
+sees almost no rewrite pay on them). The product fine-tunes online with its own estimates.
+The policy is written as .npz (weights) and .json (config, corpus, updates, date, TVM version,
+the evaluation) only where its best-of-k episodes cut the held-out graphs' cost more than a
+random policy's, unless --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run from elsewhere
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
+
+from harl.graph.rl.config import PPOConfig  # noqa: E402
+from harl.graph.rl.env import GraphRewriteEnv  # noqa: E402
+from harl.graph.rl.ppo import Trainer, load_policy, make_policy, save_policy  # noqa: E402
+from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM, RelaxGraph  # noqa: E402
+from harl.graph.search.rl import SHIPPED_POLICY  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+HORIZON = 6
+SAMPLES = 4
+COST = f"GraphCostModel with the shipped prior, samples={SAMPLES}, llvm"
+
+
+def make_envs(graph_specs, work: Path, cost_model) -> dict[str, GraphRewriteEnv]:
+    """One environment per corpus graph, each with its own cost memo."""
+    from harl.graph.rules import ALL_RULES
+    from harl.graph.search.common import CostMemo
+
+    envs = {}
+    for spec in graph_specs:
+        memo = CostMemo(lambda mod: cost_model.estimate(mod).total_ms)
+        graph = RelaxGraph(relax_graph_of(spec, work), ALL_RULES)
+        envs[spec.name] = GraphRewriteEnv(graph, lambda g, memo=memo: memo(g.mod),
+                                          horizon=HORIZON)
+    return envs
+
+
+def random_episode(env: GraphRewriteEnv, rng: np.random.Generator, *, stops: bool) -> float:
+    """One episode of uniformly random legal actions (the stop among them with `stops`, else
+    rewrites until the horizon); the final cost."""
+    obs, _ = env.reset()
+    done = False
+    while not done:
+        action = int(rng.integers(len(obs.actions) + (1 if stops else 0)))
+        obs, _, terminated, truncated, _ = env.step(action)
+        done = terminated or truncated
+    return env.current_cost
+
+
+def evaluate(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, k: int,
+             seed: int) -> dict:
+    """Per held-out graph, the relative cost cut (%) of: the policy's most likely episode, the
+    best of its `k` sampled episodes, the best of `k` random ones (with and without the stop
+    among the actions), and greedy search for reference; and their means."""
+    from harl.graph.search.greedy import greedy as greedy_search
+
+    rng = np.random.default_rng(seed)
+    rows = {}
+    for name, env in envs.items():
+        def cut(cost, env=env):
+            return 100.0 * (env.initial_cost - cost) / env.initial_cost
+
+        trainer.episode(env, greedy=True)
+        greedy = cut(env.current_cost)
+        sampled = []
+        for _ in range(k):
+            trainer.episode(env)
+            sampled.append(cut(env.current_cost))
+        rows[name] = {
+            "policy_greedy": greedy, "policy_best_of_k": max(sampled),
+            "random_best_of_k": max(cut(random_episode(env, rng, stops=True))
+                                    for _ in range(k)),
+            "random_no_stop_best_of_k": max(cut(random_episode(env, rng, stops=False))
+                                            for _ in range(k)),
+            "greedy_search": cut(greedy_search(env.start.mod, lambda mod, env=env: env.cost(
+                RelaxGraph(mod, env.start.rules)), max_evals=60).cost)}
+    means = {key: float(np.mean([row[key] for row in rows.values()]))
+             for key in next(iter(rows.values()))}
+    return {"k": k, "per_graph": rows, "mean_cut_percent": means}
+
+
+def online(envs: dict[str, GraphRewriteEnv], policy: str) -> dict:
+    """Per held-out graph, the cost cut (%) of the product's search (`--graph rl` at its
+    defaults: episodes fine-tuning the policy on the graph, the cheapest graph reached) from
+    `policy` (fresh, or a policy file); and the mean."""
+    from harl.graph.rl.config import RlConfig
+    from harl.graph.search.rl import rl_search
+
+    rows = {}
+    for name, env in envs.items():
+        found = rl_search(env.start.mod, lambda mod, env=env: env.cost(
+            RelaxGraph(mod, env.start.rules)), config=RlConfig(policy=policy))
+        rows[name] = 100.0 * (env.initial_cost - found.cost) / env.initial_cost
+    return {"per_graph": rows, "mean_cut_percent": float(np.mean(list(rows.values())))}
+
+
+def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, minutes: float,
+          seed: int, log_path: Path) -> dict:
+    """PPO over the training graphs: each update's episodes on graphs drawn at random."""
+    rng, names = np.random.default_rng(seed), sorted(envs)
+    start, steps_total, update = time.perf_counter(), 0, 0
+    with log_path.open("w") as log:
+        for update in range(1, updates + 1):
+            steps = list(itertools.chain.from_iterable(
+                trainer.episode(envs[names[rng.integers(len(names))]])
+                for _ in range(trainer.config.episodes_per_update)))
+            steps_total += len(steps)
+            metrics = trainer.update(steps)
+            elapsed = time.perf_counter() - start
+            log.write(json.dumps({"update": update, "steps": steps_total,
+                                  "seconds": round(elapsed, 1), **metrics}) + "\n")
+            if update % 10 == 0:
+                print(f"update {update}: {steps_total} steps, {elapsed:.0f} s, return "
+                      f"{metrics['charts/episode_return']:.3g}, entropy "
+                      f"{metrics['losses/entropy']:.3g}, kl {metrics['losses/approx_kl']:.3g}",
+                      flush=True)
+            if elapsed > 60 * minutes:
+                break
+    return {"updates": update, "episodes": trainer.episodes, "steps": steps_total,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--updates", type=int, default=300, help="PPO updates at most")
+    parser.add_argument("--minutes", type=float, default=8.0, help="training time limit")
+    parser.add_argument("--k", type=int, default=4, help="episodes per held-out graph")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=SHIPPED_POLICY)
+    parser.add_argument("--work", type=Path, default=ROOT / "logs" / "graph_rl")
+    parser.add_argument("--evaluate", type=Path, default=None,
+                        help="evaluate this policy on the held-out graphs; no training")
+    parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="PPOConfig fields to change, e.g. entropy_coef=0.03")
+    parser.add_argument("--force", action="store_true",
+                        help="write the policy even where it does not beat random")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+
+    import tvm
+
+    from harl.graph.cost import GraphCostModel
+    from harl.target import parse_target
+
+    (args.work / "corpus").mkdir(parents=True, exist_ok=True)
+    train_specs, held_specs = split(specs())
+    cost_model = GraphCostModel(parse_target("llvm"), samples=SAMPLES)
+    held = make_envs(held_specs, args.work / "corpus", cost_model)
+    fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
+    config = PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
+                          for key, value in (item.split("=", 1) for item in args.ppo)})
+    if args.evaluate is not None:
+        policy, config, _ = load_policy(args.evaluate)
+        print(json.dumps(evaluate(held, Trainer(policy, config, seed=args.seed), k=args.k,
+                                  seed=args.seed)["mean_cut_percent"], indent=1))
+        for start in (str(args.evaluate), "fresh"):
+            print(f"online from {start}: {online(held, start)}")
+        return 0
+    envs = make_envs(train_specs, args.work / "corpus", cost_model)
+    policy = make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                         rules=len(next(iter(envs.values())).start.rule_names), config=config,
+                         seed=args.seed)
+    trainer = Trainer(policy, config, seed=args.seed)
+    fresh = evaluate(held, Trainer(make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                                               rules=policy.rules, config=config,
+                                               seed=args.seed), config, seed=args.seed),
+                     k=args.k, seed=args.seed)["mean_cut_percent"]
+    run = train(envs, trainer, updates=args.updates, minutes=args.minutes, seed=args.seed,
+                log_path=args.work / "train_metrics.jsonl")
+    result = evaluate(held, trainer, k=args.k, seed=args.seed)
+    means = result["mean_cut_percent"]
+    print(f"trained: {run}")
+    print("held-out mean cost cut (%): " + ", ".join(f"{k} {v:.3f}" for k, v in means.items())
+          + f"; the untrained policy's best of k: {fresh['policy_best_of_k']:.3f}")
+    rule_names = next(iter(envs.values())).start.rule_names
+    candidate = args.work / "candidate.npz"
+    save_policy(candidate, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                rule_names=rule_names)
+    result["online"] = {"trained": online(held, str(candidate)), "fresh": online(held, "fresh")}
+    print("held-out mean cost cut (%) of --graph rl at its defaults: from the trained policy "
+          f"{result['online']['trained']['mean_cut_percent']:.3f}, from a fresh one "
+          f"{result['online']['fresh']['mean_cut_percent']:.3f}")
+    wins = means["policy_best_of_k"] > max(means["random_best_of_k"],
+                                           means["random_no_stop_best_of_k"])
+    if not (wins or args.force):
+        print("the policy does not beat a random one on the held-out graphs: nothing written")
+        return 1
+    save_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                rule_names=rule_names, manifest={
+                    "trained_by": "tools/train_graph_rl.py", "cost": COST, "horizon": HORIZON,
+                    "corpus": {"train": [s.name for s in train_specs],
+                               "held_out": [s.name for s in held_specs]},
+                    **run, "seed": args.seed,
+                    "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+                    "tvm_version": tvm.__version__, "evaluation": result,
+                    "untrained_policy_mean_cut_percent": fresh})
+    print(f"written: {args.out} and {args.out.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
