@@ -292,8 +292,7 @@ def toml_value(value) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        # A TOML basic string: JSON's escapes are TOML's, and TOML escapes DEL too.
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML's
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
