@@ -292,7 +292,7 @@ def toml_value(value) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML's
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")  # + DEL
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
