@@ -21,6 +21,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from harl.database import open_database
 from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
+from harl.graph.rule import Match, Rule
 from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
@@ -331,3 +332,15 @@ def random_relax_inputs(mod, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.standard_normal([int(d) for d in p.ty.shape.values]).astype("float32")
             for p in mod["main"].params]
+
+
+class BrokenRule(Rule):
+    """A graph rule that always matches and whose every rewrite fails: a search must skip it."""
+
+    name, doc = "broken", "raises"
+
+    def matches(self, mod):
+        return [Match(self.name, ("lv12",))]
+
+    def apply(self, mod, match):
+        raise RuntimeError("this rewrite always fails")

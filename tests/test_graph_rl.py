@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import EXAMPLES, random_relax_inputs, run_relax
+from conftest import EXAMPLES, BrokenRule, random_relax_inputs, run_relax
 
 from harl.graph.rl.chain import ChainGraph, ChainRule, chain_cost, detour_chain
 from harl.graph.rl.config import PPOConfig, RlConfig
@@ -20,7 +20,6 @@ from harl.graph.rl.env import GraphRewriteEnv
 from harl.graph.rl.policy import batch_observations
 from harl.graph.rl.ppo import Trainer, gae, load_policy, make_policy, save_policy
 from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM, RelaxGraph
-from harl.graph.rule import Match, Rule
 from harl.graph.rules import ALL_RULES, rule_by_name
 
 torch.set_num_threads(1)
@@ -191,23 +190,11 @@ def test_relax_node_features_read_shapes_flops_and_edges():
     assert len(links) >= len(nodes) - 1 and (sizes > 0).all()
 
 
-class _Broken(Rule):
-    """A rule whose every rewrite fails."""
-
-    name, doc = "broken", "raises"
-
-    def matches(self, mod):
-        return [Match(self.name, ("lv12",))]
-
-    def apply(self, mod, match):
-        raise RuntimeError("this rewrite always fails")
-
-
 def test_a_failing_rewrite_is_masked_and_leaves_the_graph():
     from harl.graph.load import relax_of_onnx
 
     mod = relax_of_onnx(EXAMPLES / "transformer_block.onnx")
-    graph = RelaxGraph(mod, [_Broken(), rule_by_name("fold_scale_matmul")])
+    graph = RelaxGraph(mod, [BrokenRule(), rule_by_name("fold_scale_matmul")])
     env = GraphRewriteEnv(graph, lambda g: _roofline(g.mod))
     obs, _ = env.reset()
     assert [a.rule for a in obs.actions] == [0, 1]

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import random_relax_inputs, run_relax
+from conftest import BrokenRule, random_relax_inputs, run_relax
 
 from harl.graph.load import relax_of_onnx
-from harl.graph.rule import Match, Rule
 from harl.graph.rules import rule_by_name
 from harl.graph.search.eqsat import EqsatConfig, eqsat
 from harl.graph.search.extract import (
@@ -133,21 +132,9 @@ def test_the_e_graph_stops_growing_at_its_node_limit():
     assert found.cost <= found.initial_cost
 
 
-class _Broken(Rule):
-    """A rule whose every rewrite fails."""
-
-    name, doc = "broken", "raises"
-
-    def matches(self, mod):
-        return [Match(self.name, ("lv12",))]
-
-    def apply(self, mod, match):
-        raise RuntimeError("this rewrite always fails")
-
-
 def test_a_failing_rule_never_ends_a_search(caplog):
     mod = relax_of_onnx(EXAMPLES / "transformer_block.onnx")
-    rules = [_Broken(), rule_by_name("fold_scale_matmul")]
+    rules = [BrokenRule(), rule_by_name("fold_scale_matmul")]
     with caplog.at_level(logging.WARNING):
         plain = greedy(mod, _cost, rules=rules)
         found = eqsat(mod, _cost, rules=rules, config=EqsatConfig(iterations=4))
