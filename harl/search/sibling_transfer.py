@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harl.agents.tile_tuner import CHOICE_KINDS, Site, State, is_legal
+from harl.agents.tile_tuner import Site, State
+from harl.search.transplant import carried_state
 
 Signature = tuple
 """a sketch's decisions up to their values: each site's kind, levels and innermost bound, and a
@@ -62,20 +63,15 @@ class SiblingBoard:
 
 def carried_sibling_state(offer: Offer, target_sites: Sequence[Site],
                           target_options: Sequence[Sequence[int]]) -> State | None:
-    """The offered state as one of the target sketch's (same signature, so the same sites):
-    tiles and categories as offered; a choice (compute location, parallel extent) as offered
-    where the target knows it as an option, else the target's own first known option, since
-    another task's loop indices need not name the same loops. None where a decision does not
-    fit."""
+    """The offered state as one of the target sketch's (same signature, so the same sites),
+    carried as `transplant.carried_state` carries a state between sketches, except that a
+    compute location the target does not know becomes its own first known one: another
+    task's loop indices need not name the same loops. None where a decision does not fit."""
     if list(offer.sites) != list(target_sites):
         return None
-    carried = []
-    for site, decision, options in zip(target_sites, offer.state, target_options, strict=True):
-        if site.kind in CHOICE_KINDS and decision not in options:
-            if not options:
-                return None
-            decision = options[0] if site.kind == "compute_location" else options[-1]
-        if not is_legal(site, decision, options=options):
-            return None
-        carried.append(decision)
-    return tuple(carried)
+    state = tuple(
+        options[0] if site.kind == "compute_location" and decision not in options and options
+        else decision
+        for site, decision, options in zip(target_sites, offer.state, target_options,
+                                           strict=True))
+    return carried_state(offer.sites, state, target_sites, target_options)
