@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib.arms import toml_value
 from benchlib.curves import Spread, first_reaching, spread
 from benchlib.runs import RunResult
 from benchlib.timing import ONNXRUNTIME, UNTUNED
+from harl.config_file import toml_value
 from harl.measure.cpu_load import worth_saying
 
 BASELINE = "metaschedule"
