@@ -330,7 +330,8 @@ def test_kernel_times_times_each_kernel_of_a_smoke_run_in_place(smoke):
     assert tool.returncode == 0, tool.stdout[-2000:] + tool.stderr[-3000:]
     lines = tool.stdout.splitlines()
     assert lines[0].startswith("model ") and " kernel calls alone " in lines[0]
-    rows = {line.split()[-1]: line.split() for line in lines[2:]}
+    assert lines[3].split()[:3] == ["ms", "share", "calls"]
+    rows = {line.split()[-1]: line.split() for line in lines[4:]}
     measured = [task for task in report["tasks"] if task["best_ms"] is not None]
     assert measured
     for task in measured:  # the mlp calls each of its functions once

@@ -1,6 +1,6 @@
 """Where a tuned CPU model's time goes: every kernel its VM calls, timed on its own in place.
 
-    python tools/kernel_times.py MODEL.onnx WORK_DIR [--with-picks] [--top 30]
+    python tools/kernel_times.py MODEL.onnx WORK_DIR [--with-picks] [--top 30] [--json PATH]
 
 TVM 0.27's Relax VM has no profiler. This compiles MODEL with WORK_DIR's database (as
 tools/compare_work_dirs.py does), times the whole model, then runs it once with an instrument
@@ -12,6 +12,12 @@ serves it. The model's latency minus the kernels' sum is the rest: the VM's own 
 (allocations, reshapes), the thread pool's wake-ups between kernels, and the caches a kernel
 finds cold in the model's sequence.
 
+Each row also places its kernel on the roofline: its MFLOP per call (TVM's estimate for the task,
+as in report.json), the GFLOP/s it achieved (FLOPs x calls / time) and its percentage of the
+CPU's fp32 FMA peak, measured by benchlib.peak on as many threads as TVM's runtime uses (a kernel
+without FLOPs, a copy, shows "-"). The header gives that peak, the theoretical one, and the
+model's GFLOP/s. With --json PATH the header and every kernel's row also go to a JSON file.
+
 Functions are matched to tasks by name (TVM compiles a task that occurs several times to one
 function called several times: its calls and its weight agree). A kernel is re-run on the
 buffers it got, whatever they hold by then (the VM reuses storage): dense kernels' time does
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,18 +44,23 @@ def main() -> None:
                              "pick")
     parser.add_argument("--top", type=int, default=30, help="functions listed (slowest first)")
     parser.add_argument("--repeats", type=int, default=10, help="timings of the whole model")
+    parser.add_argument("--json", type=Path,
+                        help="also write the header's facts and every kernel's row here")
     args = parser.parse_args()
 
+    from benchlib.machine import cpu_mhz
+    from benchlib.peak import measure_peak, theoretical_peak_gflops
     from benchlib.timing import picked_database
 
     from harl.evaluate import CompiledModel, compile_model
     from harl.frontend.onnx_model import import_to_relax, load_onnx
+    from harl.frontend.tasks import extract_tasks
     from harl.loop import open_database
     from harl.measure.threads import use_physical_cores
     from harl.target import is_gpu
     from harl.tvm_env import load_tensor_intrinsics
 
-    use_physical_cores()
+    threads, _ = use_physical_cores()
     model = load_onnx(args.model)
     inputs = model.random_inputs(0)
     database = open_database(args.work_dir)
@@ -66,7 +78,22 @@ def main() -> None:
                           [spec.name for spec in model.inputs])
     model_ms = built.median_latency_ms(inputs, args.repeats)
     kernel_ms, calls = kernel_times(built, inputs)
-    print_table(model_ms, kernel_ms, calls, task_summaries(args.work_dir), args.top)
+    flops = {task.name: task.flop for task in extract_tasks(relax_mod, target)}
+    with tempfile.TemporaryDirectory() as folder:  # the FMA kernel's C source and library
+        peak = measure_peak(Path(folder), threads)
+    mhz = cpu_mhz()
+    rows = kernel_rows(model_ms, kernel_ms, calls, flops, task_summaries(args.work_dir),
+                       peak.gflops_all_cores)
+    model_flop = sum(row["mflop"] * row["calls"] for row in rows if row["mflop"]) * 1e6
+    header = {"model": str(args.model), "work_dir": str(args.work_dir), "model_ms": model_ms,
+              "kernels_ms": sum(kernel_ms.values()), "kernel_calls": sum(calls.values()),
+              "model_mflop": model_flop / 1e6, "model_gflops": model_flop / (model_ms * 1e6),
+              "threads": threads, "fma_peak_gflops": peak.gflops_all_cores,
+              "fma_peak_one_core_gflops": peak.gflops_one_core, "fma_lanes": peak.lanes,
+              "cpu_mhz": mhz, "theoretical_peak_gflops": theoretical_peak_gflops(threads, mhz)}
+    print_table(header, rows, args.top)
+    if args.json is not None:
+        args.json.write_text(json.dumps({**header, "kernels": rows}, indent=2) + "\n")
 
 
 def kernel_times(built, inputs) -> tuple[dict[str, float], dict[str, int]]:
@@ -102,22 +129,55 @@ def task_summaries(work_dir: Path) -> dict[str, dict]:
     return {task["name"]: task for task in json.loads(report.read_text())["tasks"]}
 
 
-def print_table(model_ms: float, kernel_ms: dict[str, float], calls: dict[str, int],
-                tasks: dict[str, dict], top: int) -> None:
-    total = sum(kernel_ms.values())
-    print(f"model {model_ms:.4g} ms; its {sum(calls.values())} kernel calls alone "
+def kernel_rows(model_ms: float, kernel_ms: dict[str, float], calls: dict[str, int],
+                flops: dict[str, float], tasks: dict[str, dict],
+                peak_gflops: float) -> list[dict]:
+    """Per kernel, slowest first: its time, calls and report facts, and where it stands against
+    the peak (GFLOP/s and its percentage are None for a kernel without FLOPs or not a task)."""
+    rows = []
+    for name, ms in sorted(kernel_ms.items(), key=lambda item: -item[1]):
+        flop = flops.get(name)  # None: a function that is no task of the model
+        gflops = flop * calls[name] / (ms * 1e6) if flop else None
+        task = tasks.get(name)
+        measured = task is not None and task["best_ms"] is not None
+        rows.append({
+            "function": name, "ms": ms, "share": ms / model_ms, "calls": calls[name],
+            "estimate_ms": task["best_ms"] * task["weight"] if measured else None,
+            "trials": task["trials"] if measured else None,
+            "naive": bool(task.get("naive")) if measured else None,
+            "mflop": None if flop is None else flop / 1e6, "gflops": gflops,
+            "peak_percent": None if gflops is None else 100 * gflops / peak_gflops})
+    return rows
+
+
+def print_table(header: dict, rows: list[dict], top: int) -> None:
+    model_ms, total = header["model_ms"], header["kernels_ms"]
+    print(f"model {model_ms:.4g} ms; its {header['kernel_calls']} kernel calls alone "
           f"{total:.4g} ms; the rest (VM calls, thread wake-ups, cold caches) "
           f"{model_ms - total:.4g} ms")
-    print(f"{'ms':>9} {'share':>6} {'calls':>5} {'estimate':>9} {'trials':>6}  function "
-          "(*: TVM's unscheduled nest is the task's best)")
-    for name, ms in sorted(kernel_ms.items(), key=lambda item: -item[1])[:top]:
-        task = tasks.get(name)
+    peak, theory = header["fma_peak_gflops"], header["theoretical_peak_gflops"]
+    theory_text = ("unknown (no clock in /proc/cpuinfo)" if theory is None else
+                   f"{theory:.1f} = {header['threads']} cores x {header['cpu_mhz'] / 1e3:.2f} GHz "
+                   "x 2 FMA units x 8 lanes (256 bit) x 2")
+    print(f"fp32 FMA peak on {header['threads']} threads: measured {peak:.1f} GFLOP/s "
+          f"({header['fma_peak_one_core_gflops']:.1f} on one; {header['fma_lanes']}-lane FMAs), "
+          f"theoretical {theory_text}")
+    print(f"the kernels' {header['model_mflop']:.4g} MFLOP in the model's time: "
+          f"{header['model_gflops']:.4g} GFLOP/s, {header['model_gflops'] / peak:.2%} of the "
+          "measured peak")
+    print(f"{'ms':>9} {'share':>6} {'calls':>5} {'estimate':>9} {'trials':>6} {'MFLOP':>9} "
+          f"{'GFLOP/s':>8} {'%peak':>6}  function (*: TVM's unscheduled nest is the task's best)")
+    for row in rows[:top]:
         estimate = trials = "-"  # a function that is no task of the work dir's, or unmeasured
-        if task is not None and task["best_ms"] is not None:
-            estimate = f"{task['best_ms'] * task['weight']:.4g}"
-            trials = str(task["trials"]) + ("*" if task.get("naive") else "")
-        print(f"{ms:9.4g} {ms / model_ms:6.1%} {calls[name]:5d} {estimate:>9} {trials:>6}  "
-              f"{name}")
+        if row["estimate_ms"] is not None:
+            estimate = f"{row['estimate_ms']:.4g}"
+            trials = str(row["trials"]) + ("*" if row["naive"] else "")
+        mflop = "-" if row["mflop"] is None else f"{row['mflop']:.4g}"
+        gflops = percent = "-"
+        if row["gflops"] is not None:
+            gflops, percent = f"{row['gflops']:.4g}", f"{row['peak_percent']:.3g}%"
+        print(f"{row['ms']:9.4g} {row['share']:6.1%} {row['calls']:5d} {estimate:>9} "
+              f"{trials:>6} {mflop:>9} {gflops:>8} {percent:>6}  {row['function']}")
 
 
 if __name__ == "__main__":
