@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, harl_tune
 
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -43,6 +43,7 @@ from benchlib.report import (  # noqa: E402
 )
 from benchlib.runs import RunResult, RunSpec, tune_command  # noqa: E402
 from benchlib.timing import ONNXRUNTIME, UNTUNED  # noqa: E402
+from kernel_times import kernel_rows  # noqa: E402
 
 from harl.config_file import toml_value  # noqa: E402
 from harl.errors import HarlError  # noqa: E402
@@ -339,6 +340,62 @@ def test_kernel_times_times_each_kernel_of_a_smoke_run_in_place(smoke):
         assert float(row[0]) > 0 and row[2] == "1"
         assert float(row[3]) == pytest.approx(task["best_ms"] * task["weight"], rel=1e-3)
         assert row[4] == str(task["trials"]) + ("*" if task["naive"] else "")
+
+
+def test_kernel_rows_place_each_kernel_against_the_fma_peak():
+    kernel_ms = {"copy": 0.5, "fused_matmul": 2.0, "other": 0.1}
+    calls = {"copy": 1, "fused_matmul": 2, "other": 1}
+    flops = {"fused_matmul": 1e9, "copy": 0.0}  # "other" is no task of the model
+    tasks = {"fused_matmul": {"best_ms": 0.9, "weight": 2.0, "trials": 8, "naive": False}}
+    rows = kernel_rows(4.0, kernel_ms, calls, flops, tasks, peak_gflops=2000.0)
+    assert [row["function"] for row in rows] == ["fused_matmul", "copy", "other"]
+    matmul, copy, other = rows
+    assert matmul["gflops"] == pytest.approx(1000.0)  # 2 GFLOP in 2 ms
+    assert matmul["peak_percent"] == pytest.approx(50.0) and matmul["mflop"] == 1000.0
+    assert matmul["estimate_ms"] == pytest.approx(1.8) and matmul["share"] == 0.5
+    assert copy["mflop"] == 0.0 and copy["gflops"] is None and copy["peak_percent"] is None
+    assert other["mflop"] is None and other["gflops"] is None and other["trials"] is None
+
+
+@pytest.fixture(scope="module")
+def tuned_cnn(tmp_path_factory):
+    work_dir = tmp_path_factory.mktemp("cnn")
+    proc = harl_tune(ROOT / "tasks/examples/cnn.onnx", "--trials", 6, "--work-dir", work_dir,
+                     "--no-evaluate", "--quiet")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return work_dir
+
+
+@pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
+def test_kernel_times_places_each_kernel_against_the_measured_fma_peak(tuned_cnn, tmp_path):
+    report = json.loads((tuned_cnn / "report.json").read_text())
+    flops = {task["name"]: task["flop"] for task in report["tasks"]}
+    out = tmp_path / "kernels.json"
+    tool = subprocess.run([sys.executable, "tools/kernel_times.py", "tasks/examples/cnn.onnx",
+                           str(tuned_cnn), "--repeats", "3", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert tool.returncode == 0, tool.stdout[-2000:] + tool.stderr[-3000:]
+    lines = tool.stdout.splitlines()
+    assert lines[1].startswith("fp32 FMA peak on ") and " measured " in lines[1]
+    assert "GFLOP/s" in lines[2] and "of the measured peak" in lines[2]
+    assert lines[3].split()[5:8] == ["MFLOP", "GFLOP/s", "%peak"]
+    printed = {line.split()[-1]: line.split() for line in lines[4:]}
+    data = json.loads(out.read_text())
+    assert data["fma_peak_gflops"] > 0 and data["threads"] >= 1
+    assert math.isfinite(data["model_gflops"]) and data["model_gflops"] > 0
+    assert [row["function"] for row in data["kernels"]] == list(printed)  # all of them, in order
+    convs = [row for row in data["kernels"] if "conv2d" in row["function"]]
+    assert len(convs) == 2
+    for row in data["kernels"]:
+        assert row["mflop"] * 1e6 == pytest.approx(flops[row["function"]])  # report.json's
+        cells = printed[row["function"]]
+        if not row["mflop"]:
+            assert cells[6:8] == ["-", "-"]
+            continue
+        assert row["gflops"] == pytest.approx(row["mflop"] * row["calls"] / row["ms"])  # MFLOP/ms
+        assert math.isfinite(row["peak_percent"]) and row["peak_percent"] > 0
+        assert float(cells[6]) == pytest.approx(row["gflops"], rel=1e-3)
+        assert float(cells[7].rstrip("%")) == pytest.approx(row["peak_percent"], rel=1e-2)
 
 
 @pytest.mark.slow  # a developer tool, not the product: kept out of CI for time
