@@ -160,6 +160,10 @@ class TuneConfig:
                            "cost model harl ships, trained on other workloads (harl/data/): "
                            "alone at first, then together with the run's own model",
                            default=True)
+    prepack_weights: bool = doc("on a CPU, let each schedule choose how a conv's or matmul's "
+                                "constant weights are laid out, the packing folded into the "
+                                "weights at compile time (TVM's cpu_weight_prepack)",
+                                default=True)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RpcConfig | None = doc("measure on this TVM RPC farm (default: in a local process)",
                                 default=None)

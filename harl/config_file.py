@@ -365,14 +365,19 @@ def _flat(data: dict, prefix: str = "") -> dict:
     return out
 
 
+BEFORE_ADDED = {"prepack_weights": False}
+"""fields added after configs were first recorded that change the tasks' workloads, with the
+value a run recorded without them had"""
+
+
 def config_changes(earlier: dict, now: dict) -> list[str]:
     """The search-shaping settings (not RESUME_NEUTRAL ones) that differ, as "key a -> b".
-    Keys only one side has (a field added or removed by another version of harl) are not
-    compared."""
+    Other keys only one side has (a field added or removed by another version of harl) are
+    not compared; BEFORE_ADDED's are."""
     def shaping(data):
         return _flat({k: v for k, v in data.items() if k not in RESUME_NEUTRAL})
 
-    before, after = shaping(earlier), shaping(now)
+    before, after = {**BEFORE_ADDED, **shaping(earlier)}, shaping(now)
     return [f"{key} {json.dumps(before[key])} -> {json.dumps(after[key])}"
             for key in sorted(set(before) & set(after)) if before[key] != after[key]]
 

@@ -34,14 +34,56 @@ class OutputCheck:
 
 
 def compile_model(relax_mod, target, database=None):
-    """Relax VM executable; tasks missing from `database` keep their default schedules."""
+    """Relax VM executable; tasks missing from `database` keep their default schedules.
+
+    The pipeline is TVM's compile_relax (fuse, apply the database, DLight for what a GPU's
+    database lacks, lower), and where the database was tuned with prepacked weights
+    (harl.frontend.tasks.fusion_passes) the functions are marked alike, and each schedule's
+    weight packing is split out and folded into the constants (TVM's cpu_weight_prepack)."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight
     from tvm.s_tir import meta_schedule as ms
+
+    from harl.frontend.tasks import fusion_passes, prepacks_weights
 
     if database is None:
         database = ms.database.MemoryDatabase()
     if target.kind.name == "cuda":
         use_nvcc_for_cuda()
-    return ms.relax_integration.compile_relax(database, relax_mod, target, params=None)
+    prepacked = prepacks_weights(database)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def pipeline(mod, _ctx):  # passes made here: some need the target's context
+        passes = [*fusion_passes(target, prepack_weights=prepacked),
+                  relax.transform.MetaScheduleApplyDatabase()]
+        if prepacked:
+            passes += [relax.transform.SplitLayoutRewritePreproc(),
+                       relax.transform.FoldConstant()]
+        if is_gpu(target):
+            passes.append(dlight.ApplyDefaultSchedule(
+                dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(),
+                dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()))
+        return tvm.transform.Sequential(passes + _vm_lowering_passes(target))(mod)
+
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.build(relax_mod, target=target, relax_pipeline=pipeline)
+
+
+def _vm_lowering_passes(target) -> list:
+    """TVM's passes from fused dataflow to VM code for `target`; TVM 0.27 registers none for
+    a generic CPU, where compile_relax uses this same list."""
+    from tvm import relax
+    from tvm.relax import pipeline
+
+    try:
+        return pipeline.dataflow_lower_passes(target) + pipeline.finalize_passes(target)
+    except (ValueError, AttributeError):
+        t = relax.transform
+        return [t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(),
+                t.CallTIRRewrite(), t.StaticPlanBlockMemory(), t.LowerAllocTensor(),
+                t.KillAfterLastUse(), t.LowerRuntimeBuiltin(), t.ComputePrimValue(),
+                t.VMShapeLower(), t.AttachGlobalSymbol()]
 
 
 class CompiledModel:

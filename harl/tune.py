@@ -145,10 +145,11 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     graph, relax_mod = None, original
     if config.graph.method != "off":  # rewrite the graph before its tasks are cut out
         graph = GraphStage(config.graph, work_dir=work_dir, target=target, model=model,
-                           verify=config.verify, seed=config.seed)
+                           verify=config.verify, seed=config.seed,
+                           prepack_weights=config.prepack_weights)
         with native_logs_into(tvm_log):
             relax_mod = graph.first(original)
-    tasks = _tasks_of(relax_mod, target, tvm_log)
+    tasks = _tasks_of(relax_mod, target, tvm_log, prepack_weights=config.prepack_weights)
     rewrites = []
     if imported.shapes_folded:
         rewrites.append("it computes some tensor shapes in its graph: they are folded by "
@@ -205,7 +206,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         with native_logs_into(tvm_log):
             chosen = graph.second(original, relax_mod)
         if chosen is not relax_mod:
-            relax_mod, tasks = chosen, _tasks_of(chosen, target, tvm_log)
+            relax_mod, tasks = chosen, _tasks_of(chosen, target, tvm_log,
+                                                 prepack_weights=config.prepack_weights)
         resume = resume_state(work_dir, tasks)
         done = trials_in(resume.database)
         plans.append(step(tasks, resume, trials=config.trials - done, done=done))
@@ -257,10 +259,10 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     return report
 
 
-def _tasks_of(relax_mod, target, tvm_log: Path):
+def _tasks_of(relax_mod, target, tvm_log: Path, *, prepack_weights: bool):
     """The graph's tuning tasks, with schedule rules served for the ops TVM has none for."""
     with native_logs_into(tvm_log):
-        tasks = extract_tasks(relax_mod, target)
+        tasks = extract_tasks(relax_mod, target, prepack_weights=prepack_weights)
     serve_unknown_schedule_rules([task.mod for task in tasks], target)
     return tasks
 

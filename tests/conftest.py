@@ -40,9 +40,9 @@ def harl_tune(*args, timeout=600) -> subprocess.CompletedProcess:
 
 
 def assert_plain_tvm_rebuilds(model, work_dir, *extra, applied: str | None = None,
-                              timeout=300) -> None:
+                              timeout=300) -> str:
     """`python tools/build_with_tvm.py MODEL WORK_DIR [EXTRA]` exits 0, its build matching
-    onnxruntime (and `applied`, as "3/3", tuned functions applied where given)."""
+    onnxruntime (and `applied`, as "3/3", tuned functions applied where given); its output."""
     tool = subprocess.run([sys.executable, str(ROOT / "tools" / "build_with_tvm.py"), str(model),
                            str(work_dir), *map(str, extra)],
                           capture_output=True, text=True, timeout=timeout)
@@ -50,6 +50,7 @@ def assert_plain_tvm_rebuilds(model, work_dir, *extra, applied: str | None = Non
     assert "outputs match: True" in tool.stdout
     if applied is not None:
         assert f"tuned functions applied: {applied}" in tool.stdout
+    return tool.stdout
 
 
 @pytest.fixture

@@ -15,6 +15,12 @@ rewritten Relax module it saved in the work dir as `model_rewritten.json` (`tvm.
 that module is built instead of MODEL's import (picked up from WORK_DIR, or named by `--graph`;
 `--graph none` builds MODEL's import regardless); MODEL still gives the inputs and onnxruntime's
 reference.
+
+Where harl tuned with prepacked weights (its default on CPUs: each schedule chose the layout of
+its constant weights), the build is TVM's own `relax.pipeline.static_shape_tuning_pipeline(0,
+target, work_dir=WORK_DIR, cpu_weight_prepack=True)` followed by `tvm.compile`: it marks the
+weights layout-free, applies the database, and folds each schedule's weight packing into the
+constants.
 """
 
 from __future__ import annotations
@@ -65,8 +71,19 @@ def for_inference(mod, target):
         return rewrite(fold=False)
 
 
+def prepacked(database) -> bool:
+    """Whether the database was tuned with layout-free (prepacked) weights: its workloads carry
+    the `layout_free_buffers` attribute TVM's AttachAttrLayoutFreeBuffers sets."""
+    for record in database.get_all_tuning_records():
+        attrs = record.workload.mod["main"].attrs
+        if attrs is not None and "layout_free_buffers" in attrs:
+            return True
+    return False
+
+
 def count_applied(mod, target, database) -> tuple[int, int]:
     """(functions scheduled by the database, tunable functions) after TVM's own fusion."""
+    marks = [relax.transform.AttachAttrLayoutFreeBuffers()] if prepacked(database) else []
     fuse = tvm.transform.Sequential([
         *relax.pipeline.library_dispatch_passes(target),
         relax.transform.LegalizeOps(),
@@ -74,6 +91,7 @@ def count_applied(mod, target, database) -> tuple[int, int]:
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
+        *marks,
     ])
     with target, database, tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase()(fuse(mod))
@@ -133,7 +151,14 @@ def main() -> int:
         # TVM compiles CUDA through NVRTC by default, which needs the cuda-bindings package;
         # nvcc is what a CUDA toolkit has (as harl.target.use_nvcc_for_cuda: no harl import here).
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
-    executable = ms.relax_integration.compile_relax(database, mod, target, params=None)
+    if prepacked(database):
+        print("weights prepacked by the schedules: TVM's static_shape_tuning_pipeline with "
+              "cpu_weight_prepack")
+        tuning = relax.pipeline.static_shape_tuning_pipeline(
+            total_trials=0, target=target, work_dir=str(args.work_dir), cpu_weight_prepack=True)
+        executable = tvm.compile(tuning(mod), target=target)
+    else:
+        executable = ms.relax_integration.compile_relax(database, mod, target, params=None)
     device = tvm.cpu(0) if kind == "llvm" else tvm.device(kind, 0)  # the log's own device
     vm = relax.VirtualMachine(executable, device)
     inputs = random_inputs(model)

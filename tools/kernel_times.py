@@ -32,6 +32,8 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+PREPACKED_SUFFIX = "_prepacked"
+"""what TVM's SplitLayoutRewritePreproc appends to a function whose weights it packs ahead"""
 MIN_SECONDS = 0.01  # a kernel's timing averages runs over at least this long
 
 
@@ -54,7 +56,7 @@ def main() -> None:
 
     from harl.evaluate import CompiledModel, compile_model
     from harl.frontend.onnx_model import import_to_relax, load_onnx
-    from harl.frontend.tasks import extract_tasks
+    from harl.frontend.tasks import extract_tasks, prepacks_weights
     from harl.loop import open_database
     from harl.measure.threads import use_physical_cores
     from harl.target import is_gpu
@@ -78,7 +80,8 @@ def main() -> None:
                           [spec.name for spec in model.inputs])
     model_ms = built.median_latency_ms(inputs, args.repeats)
     kernel_ms, calls = kernel_times(built, inputs)
-    flops = {task.name: task.flop for task in extract_tasks(relax_mod, target)}
+    flops = {task.name: task.flop for task in
+             extract_tasks(relax_mod, target, prepack_weights=prepacks_weights(database))}
     with tempfile.TemporaryDirectory() as folder:  # the FMA kernel's C source and library
         peak = measure_peak(Path(folder), threads)
     mhz = cpu_mhz()
@@ -136,9 +139,11 @@ def kernel_rows(model_ms: float, kernel_ms: dict[str, float], calls: dict[str, i
     the peak (GFLOP/s and its percentage are None for a kernel without FLOPs or not a task)."""
     rows = []
     for name, ms in sorted(kernel_ms.items(), key=lambda item: -item[1]):
-        flop = flops.get(name)  # None: a function that is no task of the model
+        # a schedule that packs its weights is compiled as "<task>_prepacked"
+        task_name = name.removesuffix(PREPACKED_SUFFIX)
+        flop = flops.get(task_name)  # None: a function that is no task of the model
         gflops = flop * calls[name] / (ms * 1e6) if flop else None
-        task = tasks.get(name)
+        task = tasks.get(task_name)
         measured = task is not None and task["best_ms"] is not None
         rows.append({
             "function": name, "ms": ms, "share": ms / model_ms, "calls": calls[name],

@@ -181,10 +181,13 @@ class GraphCostModel:
     docstring). `database` is a MetaSchedule database of measured records (a harl work dir's);
     `scorer` ranks schedules (default: the shipped cost-model prior where it applies to the
     target; `from_work_dir` adds the run's own model, trained on the work dir's records).
-    Without a scorer that ranks a task, its roofline time stands alone."""
+    Without a scorer that ranks a task, its roofline time stands alone. `prepack_weights`
+    cuts graphs into tasks as the run does (harl.frontend.tasks.fusion_passes; default: as the
+    database's records were tuned, else prepacked), so that measured workloads are found."""
 
     def __init__(self, target, *, database=None, scorer=None, samples: int = SAMPLES,
-                 seed: int = 0) -> None:
+                 seed: int = 0, prepack_weights: bool | None = None) -> None:
+        from harl.frontend.tasks import prepacks_weights
         from harl.tvm_env import load_tensor_intrinsics
 
         load_tensor_intrinsics(target)
@@ -195,6 +198,9 @@ class GraphCostModel:
             scorer = ProgramScorer(None, load_cost_prior(target))
         self.target, self.scorer, self.samples, self.seed = target, scorer, samples, seed
         self.measured = measured_bests(database) if database is not None else {}
+        if prepack_weights is None:
+            prepack_weights = not self.measured or prepacks_weights(database)
+        self.prepack_weights = prepack_weights
         self._predicted: dict[str, float] = {}  # workload hash -> raw predicted ms
         self._calibration: Calibration | None = None
 
@@ -256,7 +262,8 @@ class GraphCostModel:
     def estimate(self, relax_mod) -> GraphCost:
         """The latency of Relax module `relax_mod` (as harl imports it, or rewritten);
         HarlError when it has no tunable task."""
-        return self.estimate_tasks(extract_tasks(relax_mod, self.target))
+        return self.estimate_tasks(extract_tasks(relax_mod, self.target,
+                                                 prepack_weights=self.prepack_weights))
 
 
 def _scorer_from_database(database, target):

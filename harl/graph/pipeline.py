@@ -55,8 +55,9 @@ class GraphStage:
     OnnxModel (its inputs and output names), `verify` the run's VerifyConfig (tolerances)."""
 
     def __init__(self, config: GraphConfig, *, work_dir: Path, target, model, verify,
-                 seed: int) -> None:
+                 seed: int, prepack_weights: bool) -> None:
         self.config, self.work_dir, self.target = config, Path(work_dir), target
+        self.prepack_weights = prepack_weights
         self.model, self.verify, self.seed = model, verify, seed
         self.entry: dict = {}
 
@@ -125,8 +126,10 @@ class GraphStage:
         records = self.work_dir / RECORD_FILE
         if records.exists() and records.stat().st_size:
             return GraphCostModel.from_work_dir(self.work_dir, self.target, own_model=own_model,
-                                                samples=samples, seed=self.seed)
-        return GraphCostModel(self.target, samples=samples, seed=self.seed)
+                                                samples=samples, seed=self.seed,
+                                                prepack_weights=self.prepack_weights)
+        return GraphCostModel(self.target, samples=samples, seed=self.seed,
+                              prepack_weights=self.prepack_weights)
 
     def _search(self, mod, cost_model) -> tuple[object, dict]:
         from harl.graph.search.eqsat import eqsat

@@ -44,6 +44,7 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("no-siblings", "harl", {"search.sibling_share": 0.0}),
     Arm("no-nests", "harl", {"nests.measure": False}),
     Arm("no-prior", "harl", {"cost_prior": False}),
+    Arm("no-prepack", "harl", {"prepack_weights": False}),
 )}
 """every arm the bench knows, by name"""
 

@@ -126,12 +126,12 @@ def picked_database(work_dir: Path, database, relax_mod, target, say=print):
     picks' builds get the default build limits and seed 0: a run with other `--build-timeout`,
     straggler settings or `--seed` may have compiled other picks."""
     from harl.config import MeasureConfig
-    from harl.frontend.tasks import extract_tasks
+    from harl.frontend.tasks import extract_tasks, prepacks_weights
     from harl.resume import PriorRun
     from harl.search.cost_prior import load_cost_prior
     from harl.untuned import pick_builder, scorer_from_records, unmeasured_tasks, with_predicted
 
-    tasks = extract_tasks(relax_mod, target)
+    tasks = extract_tasks(relax_mod, target, prepack_weights=prepacks_weights(database))
     prior = PriorRun.read(database, [task.mod for task in tasks])
     report = work_dir / "report.json"  # as the run did: with the prior if it used one
     used_prior = report.is_file() and json.loads(report.read_text()).get("cost_prior")

@@ -1,0 +1,57 @@
+"""Prepacked weights: conv and matmul schedules choose their constant weights' layout, the
+packing is folded into the weights at compile time, and plain TVM rebuilds the result."""
+
+import json
+
+from conftest import EXAMPLES, assert_plain_tvm_rebuilds, harl_tune_here
+
+from harl.config_file import config_changes
+from harl.database import open_database
+from harl.frontend.onnx_model import import_to_relax, load_onnx
+from harl.frontend.tasks import extract_tasks, prepacks_weights
+from harl.target import parse_target
+
+
+def _layout_free(task) -> list[int]:
+    attrs = task.mod["main"].attrs
+    return [int(i) for i in attrs["layout_free_buffers"]] if "layout_free_buffers" in attrs else []
+
+
+def test_extraction_marks_constant_weights_layout_free_on_a_cpu_only_when_asked():
+    target = parse_target(None)
+    mod = import_to_relax(load_onnx(EXAMPLES / "cnn.onnx"))
+    marked = {t.name: _layout_free(t) for t in extract_tasks(mod, target)}
+    convs = [name for name in marked if "conv2d" in name]
+    assert convs and all(marked[name] for name in convs)  # each conv's weight argument
+    plain = extract_tasks(mod, target, prepack_weights=False)
+    assert not any(_layout_free(t) for t in plain)
+    assert not any("layout_free_buffers" in t.mod["main"].attrs for t in plain)
+
+
+def test_a_tuned_cnn_reads_packed_weights_and_plain_tvm_rebuilds_it(tmp_path):
+    proc = harl_tune_here(EXAMPLES / "cnn.onnx", "--trials", 6, "--trials-per-batch", 3,
+                          "--work-dir", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "report.json").read_text())["verified"] is True
+    database = open_database(tmp_path)
+    assert prepacks_weights(database)
+    traces = [str(r.trace) for r in database.get_all_tuning_records()]
+    assert any("layout_rewrite_preproc" in trace for trace in traces)  # RewriteLayout acted
+    out = assert_plain_tvm_rebuilds(EXAMPLES / "cnn.onnx", tmp_path)
+    assert "cpu_weight_prepack" in out
+
+
+def test_prepack_off_tunes_the_imported_layout(tmp_path):
+    (tmp_path / "c.toml").write_text("prepack_weights = false\n")
+    proc = harl_tune_here(EXAMPLES / "mlp.onnx", "--trials", 3, "--work-dir", tmp_path / "run",
+                          "--config", tmp_path / "c.toml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not prepacks_weights(open_database(tmp_path / "run"))
+    out = assert_plain_tvm_rebuilds(EXAMPLES / "mlp.onnx", tmp_path / "run", applied="3/3")
+    assert "cpu_weight_prepack" not in out
+
+
+def test_a_run_recorded_before_prepacking_counts_as_unpacked_on_resume():
+    assert config_changes({"seed": 0}, {"seed": 0, "prepack_weights": True}) == [
+        "prepack_weights false -> true"]
+    assert config_changes({"seed": 0}, {"seed": 0, "prepack_weights": False}) == []
