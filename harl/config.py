@@ -38,6 +38,12 @@ class MeasureConfig:
                       default=1)
     min_repeat_ms: int = doc("a timing lasts at least this long (more runs for fast kernels)",
                              default=40)
+    flush_caches: bool = doc("on a CPU, time each run of a candidate with its arguments after "
+                             "the first (weights, residuals, output) flushed from the caches, "
+                             "as a model's run finds a layer's weights (TVM's "
+                             "enable_cpu_cache_flush); one run per timing", default=False)
+    cold_repeats: int = doc("with flush_caches: timings per candidate, each of one cold run "
+                            "(their mean is the candidate's latency)", default=8)
     reference_timing: bool = doc("time a local CPU candidate again while a reference kernel "
                                  "timed beside it says the machine runs slow "
                                  "(harl.measure.reference)", default=True)

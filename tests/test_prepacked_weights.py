@@ -41,14 +41,24 @@ def test_a_tuned_cnn_reads_packed_weights_and_plain_tvm_rebuilds_it(tmp_path):
     assert "cpu_weight_prepack" in out
 
 
-def test_prepack_off_tunes_the_imported_layout(tmp_path):
-    (tmp_path / "c.toml").write_text("prepack_weights = false\n")
+def test_prepack_off_tunes_the_imported_layout_and_cold_timing_runs(tmp_path):
+    (tmp_path / "c.toml").write_text("prepack_weights = false\n[measure]\nflush_caches = true\n")
     proc = harl_tune_here(EXAMPLES / "mlp.onnx", "--trials", 3, "--work-dir", tmp_path / "run",
                           "--config", tmp_path / "c.toml")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not prepacks_weights(open_database(tmp_path / "run"))
     out = assert_plain_tvm_rebuilds(EXAMPLES / "mlp.onnx", tmp_path / "run", applied="3/3")
     assert "cpu_weight_prepack" not in out
+
+
+def test_cold_timing_is_one_flushed_run_per_timing():
+    from harl.config import MeasureConfig
+    from harl.measure.runner import evaluator_config
+
+    cold = evaluator_config(MeasureConfig(flush_caches=True, cold_repeats=5))
+    assert (cold.number, cold.repeat, cold.min_repeat_ms) == (1, 5, 0)
+    assert cold.enable_cpu_cache_flush
+    assert not evaluator_config(MeasureConfig()).enable_cpu_cache_flush
 
 
 def test_a_run_recorded_before_prepacking_counts_as_unpacked_on_resume():

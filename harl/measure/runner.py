@@ -19,6 +19,9 @@ def evaluator_config(config: MeasureConfig):
     """TVM's EvaluatorConfig from harl's measurement settings."""
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
+    if config.flush_caches:
+        return EvaluatorConfig(number=1, repeat=config.cold_repeats, min_repeat_ms=0,
+                               enable_cpu_cache_flush=True)
     return EvaluatorConfig(number=config.number, repeat=config.repeat,
                            min_repeat_ms=config.min_repeat_ms, enable_cpu_cache_flush=False)
 
