@@ -168,8 +168,9 @@ class TuneConfig:
                            default=True)
     prepack_weights: bool = doc("on a CPU, let each schedule choose how a conv's or matmul's "
                                 "constant weights are laid out, the packing folded into the "
-                                "weights at compile time (TVM's cpu_weight_prepack)",
-                                default=True)
+                                "weights at compile time (TVM's cpu_weight_prepack); off by "
+                                "default: faster kernels alone, a slower model (docs/"
+                                "experiments.md)", default=False)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     rpc: RpcConfig | None = doc("measure on this TVM RPC farm (default: in a local process)",
                                 default=None)

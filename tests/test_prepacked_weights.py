@@ -17,32 +17,33 @@ def _layout_free(task) -> list[int]:
     return [int(i) for i in attrs["layout_free_buffers"]] if "layout_free_buffers" in attrs else []
 
 
-def test_extraction_marks_constant_weights_layout_free_on_a_cpu_only_when_asked():
+def test_extraction_marks_constant_weights_layout_free_only_when_asked():
     target = parse_target(None)
     mod = import_to_relax(load_onnx(EXAMPLES / "cnn.onnx"))
-    marked = {t.name: _layout_free(t) for t in extract_tasks(mod, target)}
+    marked = {t.name: _layout_free(t) for t in extract_tasks(mod, target, prepack_weights=True)}
     convs = [name for name in marked if "conv2d" in name]
     assert convs and all(marked[name] for name in convs)  # each conv's weight argument
-    plain = extract_tasks(mod, target, prepack_weights=False)
+    plain = extract_tasks(mod, target)
     assert not any(_layout_free(t) for t in plain)
     assert not any("layout_free_buffers" in t.mod["main"].attrs for t in plain)
 
 
 def test_a_tuned_cnn_reads_packed_weights_and_plain_tvm_rebuilds_it(tmp_path):
+    (tmp_path / "c.toml").write_text("prepack_weights = true\n")
     proc = harl_tune_here(EXAMPLES / "cnn.onnx", "--trials", 6, "--trials-per-batch", 3,
-                          "--work-dir", tmp_path)
+                          "--work-dir", tmp_path / "run", "--config", tmp_path / "c.toml")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads((tmp_path / "report.json").read_text())["verified"] is True
-    database = open_database(tmp_path)
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["verified"] is True
+    database = open_database(tmp_path / "run")
     assert prepacks_weights(database)
     traces = [str(r.trace) for r in database.get_all_tuning_records()]
     assert any("layout_rewrite_preproc" in trace for trace in traces)  # RewriteLayout acted
-    out = assert_plain_tvm_rebuilds(EXAMPLES / "cnn.onnx", tmp_path)
+    out = assert_plain_tvm_rebuilds(EXAMPLES / "cnn.onnx", tmp_path / "run")
     assert "cpu_weight_prepack" in out
 
 
-def test_prepack_off_tunes_the_imported_layout_and_cold_timing_runs(tmp_path):
-    (tmp_path / "c.toml").write_text("prepack_weights = false\n[measure]\nflush_caches = true\n")
+def test_by_default_the_imported_layout_is_tuned_and_cold_timing_runs(tmp_path):
+    (tmp_path / "c.toml").write_text("[measure]\nflush_caches = true\n")
     proc = harl_tune_here(EXAMPLES / "mlp.onnx", "--trials", 3, "--work-dir", tmp_path / "run",
                           "--config", tmp_path / "c.toml")
     assert proc.returncode == 0, proc.stderr[-3000:]

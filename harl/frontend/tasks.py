@@ -42,7 +42,7 @@ def fusion_passes(target, *, prepack_weights: bool) -> list:
     return passes
 
 
-def fuse_for_tuning(mod, target, *, prepack_weights: bool = True):
+def fuse_for_tuning(mod, target, *, prepack_weights: bool = False):
     """`mod` lowered to fused TIR functions (see fusion_passes)."""
     import tvm
 
@@ -74,7 +74,7 @@ def task_flop(mod) -> float:
         return 0.0
 
 
-def extract_tasks(relax_mod, target, *, prepack_weights: bool = True) -> list[TuningTask]:
+def extract_tasks(relax_mod, target, *, prepack_weights: bool = False) -> list[TuningTask]:
     """The model's distinct tunable subgraphs, largest FLOP share first (`prepack_weights`:
     see fusion_passes)."""
     from tvm.s_tir import meta_schedule as ms

@@ -183,7 +183,7 @@ class GraphCostModel:
     target; `from_work_dir` adds the run's own model, trained on the work dir's records).
     Without a scorer that ranks a task, its roofline time stands alone. `prepack_weights`
     cuts graphs into tasks as the run does (harl.frontend.tasks.fusion_passes; default: as the
-    database's records were tuned, else prepacked), so that measured workloads are found."""
+    database's records were tuned), so that measured workloads are found."""
 
     def __init__(self, target, *, database=None, scorer=None, samples: int = SAMPLES,
                  seed: int = 0, prepack_weights: bool | None = None) -> None:
@@ -199,7 +199,7 @@ class GraphCostModel:
         self.target, self.scorer, self.samples, self.seed = target, scorer, samples, seed
         self.measured = measured_bests(database) if database is not None else {}
         if prepack_weights is None:
-            prepack_weights = not self.measured or prepacks_weights(database)
+            prepack_weights = bool(self.measured) and prepacks_weights(database)
         self.prepack_weights = prepack_weights
         self._predicted: dict[str, float] = {}  # workload hash -> raw predicted ms
         self._calibration: Calibration | None = None

@@ -44,7 +44,8 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("no-siblings", "harl", {"search.sibling_share": 0.0}),
     Arm("no-nests", "harl", {"nests.measure": False}),
     Arm("no-prior", "harl", {"cost_prior": False}),
-    Arm("no-prepack", "harl", {"prepack_weights": False}),
+    Arm("prepack", "harl", {"prepack_weights": True}),
+    Arm("cold-timing", "harl", {"measure.flush_caches": True}),
 )}
 """every arm the bench knows, by name"""
 
