@@ -1,7 +1,8 @@
 """Compile every run's database for one model and time all builds interleaved.
 
-Untuned TVM and onnxruntime (same thread count) run in the same rounds, so machine drift hits every
-build alike. The whole timing repeats in `TimingSettings.processes` fresh processes: where a
+Untuned TVM and onnxruntime (same thread count), and OpenVINO's CPU runtime in fp32 where it is
+installed (benchlib.openvino_runner), run in the same rounds, so machine drift hits every build
+alike. The whole timing repeats in `TimingSettings.processes` fresh processes: where a
 process's buffers land moves a small model's build by up to 30% and a 512^3 matmul's by 10%, for
 that process's whole life, so a build's latency is the median over processes of its
 per-process medians. Only medians and ratios leave this module.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+from benchlib.openvino_runner import OPENVINO, OpenVinoModel
 from benchlib.runs import RunResult
 
 ONNXRUNTIME = "onnxruntime"
@@ -29,6 +31,7 @@ class TimingSettings:
     processes: int = 3  # fresh processes that each compile and time every build
     rtol: float = 1e-3
     atol: float = 1e-4
+    openvino: bool = True  # time OpenVINO beside onnxruntime (callers check it is installed)
 
 
 @dataclass
@@ -43,8 +46,9 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
                 settings: TimingSettings, say=print, with_picks: bool = False) -> ProcessTiming:
     """In this process: compile each work dir's database, check its outputs against
     onnxruntime (against untuned TVM where TVM itself disagrees, as harl.tune does), then time
-    every build, untuned TVM and onnxruntime interleaved. With `with_picks`, each work dir is
-    also built as `python -m harl.tune` compiles it (key "<work dir> + picks", see
+    every build, untuned TVM, onnxruntime and (with `settings.openvino`) OpenVINO interleaved.
+    OpenVINO is timed only where its outputs match onnxruntime's. With `with_picks`, each work
+    dir is also built as `python -m harl.tune` compiles it (key "<work dir> + picks", see
     `picked_database`)."""
     from harl.evaluate import (
         CompiledModel,
@@ -60,13 +64,18 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     from harl.target import is_gpu, local_cpu_count, parse_target
     from harl.tvm_env import load_tensor_intrinsics
 
-    use_physical_cores()  # a fresh process sets TVM's thread count before any kernel runs
+    # a fresh process sets TVM's thread count before any kernel runs
+    tvm_threads, _ = use_physical_cores()
     model = load_onnx(model_path)
     inputs = model.random_inputs(0)
     names = [spec.name for spec in model.inputs]
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
     expected = reference.run(inputs)
     runners: dict[str, object] = {ONNXRUNTIME: reference}
+    if settings.openvino:
+        openvino = checked_openvino(model, inputs, expected, tvm_threads, settings, say)
+        if openvino is not None:
+            runners[OPENVINO] = openvino
     timing = ProcessTiming(latency_ms={})
     databases = {work_dir: open_database(Path(work_dir)) for work_dir in work_dirs}
     records = {work_dir: db.get_all_tuning_records() for work_dir, db in databases.items()}
@@ -107,6 +116,29 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
             + ": these latencies may be off")
     timing.latency_ms = {key: statistics.median(values) for key, values in samples.items()}
     return timing
+
+
+def checked_openvino(model, inputs, expected, threads: int, settings: TimingSettings,
+                     say=print) -> OpenVinoModel | None:
+    """OpenVINO's CPU build of `model` on `threads` threads, or None (said) where OpenVINO
+    cannot read or compile it or its outputs differ from onnxruntime's `expected`: a reference
+    that computes something else is not timed."""
+    from harl.evaluate import check_outputs
+
+    try:
+        runner = OpenVinoModel(model, threads)
+        outputs = runner.run(inputs)
+    except Exception as err:  # noqa: BLE001  (an optional runtime's failure is reported, not fatal)
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        say(f"bench: openvino cannot run {model.name} ({reason}): timing without it")
+        return None
+    check = check_outputs(outputs, expected, list(model.output_names), rtol=settings.rtol,
+                          atol=settings.atol)
+    if not check.verified:
+        say(f"bench: openvino's outputs differ from onnxruntime's by {check.max_abs_err:.3g} "
+            f"({check.worst_output}): timing without it")
+        return None
+    return runner
 
 
 def graph_of(work_dir: Path, relax_mod):
@@ -167,7 +199,7 @@ def time_in_processes(model_path: Path, work_dirs: list[str], fallback_target: s
 def time_model(model_path: Path, runs: list[RunResult], settings: TimingSettings,
                say=print) -> dict[str, float]:
     """Fill each run's latency (median over processes) and verification; return the
-    reference medians (ms)."""
+    reference medians (ms): onnxruntime's, untuned TVM's, and OpenVINO's where it was timed."""
     work_dirs = [str(run.work_dir) for run in runs if run.ok]
     fallback = runs[0].report.get("target") if runs and runs[0].report else None
     timings = time_in_processes(model_path, work_dirs, fallback, settings, say)
@@ -179,5 +211,6 @@ def time_model(model_path: Path, runs: list[RunResult], settings: TimingSettings
         if key in timings[0].checks:
             run.verified = all(t.checks[key][0] for t in timings)
             run.max_abs_err = max(t.checks[key][1] for t in timings)
-    return {name: statistics.median(t.latency_ms[name] for t in timings)
-            for name in (ONNXRUNTIME, UNTUNED)}
+    return {name: statistics.median(t.latency_ms[name] for t in timings if name in t.latency_ms)
+            for name in (ONNXRUNTIME, OPENVINO, UNTUNED)
+            if any(name in t.latency_ms for t in timings)}
