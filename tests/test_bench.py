@@ -32,10 +32,12 @@ from benchlib.curves import (  # noqa: E402
     spread,
     trial_cost,
 )
+from benchlib.openvino_runner import OPENVINO, openvino_installed  # noqa: E402
 from benchlib.report import (  # noqa: E402
     agent_split,
     paired_rows,
     reach_baseline,
+    summary_columns,
     summary_rows,
     vs_baseline,
     write_runs_csv,
@@ -135,6 +137,29 @@ def test_ratios_and_reach_pair_runs_with_metaschedule_of_the_same_seed():
     assert ms_row[4] == "10 (2/2)" and ms_row[5] == "89.5 [80, 99] (2/2)"
     assert harl_row[2] == "harl" and harl_row[3] == "1.00x [0.50, 1.50]"
     assert harl_row[4] == "6 (1/2)" and harl_row[6] == "1.75x [0.50, 3.00]"
+
+
+def test_openvino_ratio_follows_onnxruntimes_only_where_openvino_was_timed(tmp_path):
+    runs = [fake_run("metaschedule", 0, 2.0, [CurvePoint(10, 50.0, 2.0)]),
+            fake_run("harl", 0, 1.0, [CurvePoint(10, 50.0, 2.0)])]
+    without = {"m": {ONNXRUNTIME: 2.0, UNTUNED: 10.0}}
+    assert "tuned / openvino" not in summary_columns()
+    assert len(summary_rows(runs, without)[0]) == len(summary_columns())
+    refs = {"m": {ONNXRUNTIME: 2.0, OPENVINO: 4.0, UNTUNED: 10.0}}
+    columns = summary_columns(openvino=True)
+    at = columns.index("tuned / openvino")
+    assert columns[at - 1] == "tuned / onnxruntime"
+    ms_row, harl_row = summary_rows(runs, refs)
+    assert len(harl_row) == len(columns)
+    assert (harl_row[at - 1], harl_row[at]) == ("0.50x", "0.25x")
+    text = write_summary(tmp_path / "summary.md", ["header"], runs, refs, [])
+    assert "| tuned / onnxruntime | tuned / openvino |" in text
+    assert "- m: same-process medians onnxruntime 2 ms, openvino 4 ms, untuned TVM 10 ms" in text
+    write_runs_csv(tmp_path / "runs.csv", runs, refs)
+    rows = list(csv.DictReader((tmp_path / "runs.csv").open()))
+    assert [r["vs_openvino"] for r in rows] == ["0.5", "0.25"]
+    write_runs_csv(tmp_path / "runs.csv", runs, without)
+    assert [r["vs_openvino"] for r in csv.DictReader((tmp_path / "runs.csv").open())] == ["", ""]
 
 
 def test_a_run_tuned_beside_other_load_is_named_in_the_summary(tmp_path):
@@ -312,7 +337,10 @@ def test_compare_work_dirs_times_the_smoke_runs_with_and_without_picks(smoke):
     lines = compare.stdout.splitlines()
     table = lines[lines.index(next(line for line in lines if line.startswith("build "))) + 1:]
     assert table[0].startswith(ONNXRUNTIME) and table[-1].startswith(UNTUNED)
-    assert len(table) == 2 + 2 * len(work_dirs)  # each dir, and each with its picks
+    # OpenVINO's row follows onnxruntime's where openvino is installed
+    openvino = int(table[1].startswith(OPENVINO))
+    assert openvino == int(openvino_installed())
+    assert len(table) == 2 + openvino + 2 * len(work_dirs)  # each dir, and each with its picks
     for work_dir in work_dirs:
         assert sum(line.startswith(f"{work_dir} + picks ") for line in table) == 1
     first = next(line for line in table if line.startswith(work_dirs[0] + " "))

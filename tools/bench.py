@@ -8,8 +8,10 @@
 
 MODEL is an ONNX path or `light:NAME` (the ONNX package's own test models: light:resnet50,
 light:squeezenet, ...). Every model x arm x budget x seed is one `python -m harl.tune` run,
-one at a time; then each model's tuned builds are timed interleaved in one process. An arm is a
-strategy with config settings (tools/benchlib/arms.py); each strategy is the arm of its name.
+one at a time; then each model's tuned builds are timed interleaved in one process, beside
+untuned TVM, onnxruntime and, when it is installed (`pip install openvino`), OpenVINO's CPU
+runtime in fp32 (`--no-openvino` leaves it out). An arm is a strategy with config settings
+(tools/benchlib/arms.py); each strategy is the arm of its name.
 Ratios pair every run with the baseline arm's run of the same model, budget and seed.
 """
 
@@ -26,11 +28,13 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run f
 from benchlib.arms import ABLATION, ARMS, arm_named, choose_baseline, parse_arms  # noqa: E402
 from benchlib.machine import ROOT, header_lines  # noqa: E402
 from benchlib.models import count_tasks, model_label, resolve_model  # noqa: E402
+from benchlib.openvino_runner import INSTALL_HINT, openvino_wanted  # noqa: E402
 from benchlib.plots import plot_model  # noqa: E402
 from benchlib.report import (  # noqa: E402
     markdown_table,
     summary_columns,
     summary_rows,
+    timed_openvino,
     write_runs_csv,
     write_summary,
 )
@@ -87,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timing-processes", type=int, default=3,
                         help="fresh processes that each compile and time every build; a "
                              "build's latency is the median over them (default 3)")
+    parser.add_argument("--no-openvino", action="store_true",
+                        help="do not time OpenVINO's CPU runtime (fp32, TVM's thread count) "
+                             "beside onnxruntime; by default it is timed when installed "
+                             f"({INSTALL_HINT})")
     parser.add_argument("--resume", action="store_true",
                         help="reuse runs whose work dir already holds a report.json")
     parser.add_argument("--smoke", action="store_true",
@@ -145,7 +153,8 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
     if min(args.rounds, args.repeats, args.timing_processes) <= 0:
         raise HarlError("--rounds, --repeats and --timing-processes must be positive")
     settings = TimingSettings(rounds=args.rounds, repeats=args.repeats,
-                              processes=args.timing_processes)
+                              processes=args.timing_processes,
+                              openvino=openvino_wanted(not args.no_openvino))
 
     all_runs, references, plots = [], {}, []
     for path in models:
@@ -176,7 +185,8 @@ def run_bench(args: argparse.Namespace, out: Path, header: list[str]) -> int:
         write_runs_csv(out / "runs.csv", all_runs, references, baseline)
         write_summary(out / "summary.md", header, all_runs, references, plots, baseline)
     print()
-    print(markdown_table(summary_columns(baseline), summary_rows(all_runs, references, baseline)))
+    print(markdown_table(summary_columns(baseline, timed_openvino(references)),
+                         summary_rows(all_runs, references, baseline)))
     print(f"\nbench: runs.csv, summary.md and plots in {out}")
     failed = [run for run in all_runs if run.exit_code != 0]
     if failed:

@@ -68,7 +68,7 @@ def header_lines(argv: list[str]) -> list[str]:
         f"machine: {cpu_model()}, {usable_cores()} cores usable, {platform.system()} "
         f"{platform.release()}",
         f"versions: tvm {_version('tvm')}, onnxruntime {_version('onnxruntime')}, "
-        f"onnx {_version('onnx')}, numpy {_version('numpy')}, python {platform.python_version()}, "
-        f"harl {_git_commit()}",
+        f"openvino {_version('openvino').split('-')[0]}, onnx {_version('onnx')}, "
+        f"numpy {_version('numpy')}, python {platform.python_version()}, harl {_git_commit()}",
         f"python: {sys.executable}",
     ]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib.curves import Spread, first_reaching, spread
+from benchlib.openvino_runner import OPENVINO
 from benchlib.runs import RunResult
 from benchlib.timing import ONNXRUNTIME, UNTUNED
 from harl.config_file import toml_value
@@ -24,8 +25,8 @@ def run_columns(baseline: str = BASELINE) -> tuple[str, ...]:
     """runs.csv's header: `arm` names the run's arm, `strategy` its harl.tune --strategy."""
     return ("model", "arm", "strategy", "trials", "seed", "exit_code", "tune_wall_s",
             "process_wall_s", "trials_done", "final_estimate_ms", "latency_ms",
-            "latency_ms_per_process", f"vs_{baseline}", "vs_onnxruntime", "vs_untuned",
-            "verified", "max_abs_err", "build_s_per_trial", "run_s_per_trial",
+            "latency_ms_per_process", f"vs_{baseline}", "vs_onnxruntime", "vs_openvino",
+            "vs_untuned", "verified", "max_abs_err", "build_s_per_trial", "run_s_per_trial",
             "search_s_per_trial", "agents_s_per_trial", "cost_model_training_s_per_trial",
             "measure_other_cores", "work_dir")
 
@@ -88,7 +89,8 @@ def write_runs_csv(path: Path, runs: Sequence[RunResult],
                 run.report.get("trials_done"), run.final_estimate_ms, run.latency_ms,
                 " ".join(_fmt(v) for v in run.latencies_ms), vs_baseline(run, runs, baseline),
                 ratio(run.latency_ms, refs.get(ONNXRUNTIME)),
-                ratio(run.latency_ms, refs.get(UNTUNED)), run.verified, run.max_abs_err,
+                ratio(run.latency_ms, refs.get(OPENVINO)), ratio(run.latency_ms, refs.get(UNTUNED)),
+                run.verified, run.max_abs_err,
                 cost.build_s if cost else None, cost.run_s if cost else None,
                 cost.search_s if cost else None, split[0] if split else None,
                 split[1] if split else None, run.report.get("measure_other_cores"),
@@ -138,9 +140,16 @@ def _reach_text(reach: Reach, which: str) -> str:
     return f"{_spread_text(value)} ({reach.reached}/{reach.seeds})"
 
 
-def summary_columns(baseline: str = BASELINE) -> tuple[str, ...]:
+def timed_openvino(references: dict[str, dict[str, float]]) -> bool:
+    """Whether OpenVINO was timed for some model (installed, and its outputs matched)."""
+    return any(OPENVINO in refs for refs in references.values())
+
+
+def summary_columns(baseline: str = BASELINE, openvino: bool = False) -> tuple[str, ...]:
+    """summary.md's table header; `openvino` adds "tuned / openvino" (see `timed_openvino`)."""
     return ("model", "trials", "arm", f"latency / {baseline}", f"trials to {baseline}'s final",
-            f"tuning s to {baseline}'s final", "tuned / onnxruntime", "tuning wall s",
+            f"tuning s to {baseline}'s final", "tuned / onnxruntime",
+            *(("tuned / openvino",) if openvino else ()), "tuning wall s",
             "per trial s: build / run / search+cost model (harl: agents, cost-model training)")
 
 
@@ -155,10 +164,13 @@ def _groups(runs: Sequence[RunResult],
 
 def summary_rows(runs: Sequence[RunResult], references: dict[str, dict[str, float]],
                  baseline: str = BASELINE) -> list[list[str]]:
-    """One row per model x budget x arm; cells are medians over seeds [min, max]."""
-    rows = []
+    """One row per model x budget x arm; cells are medians over seeds [min, max]. A
+    "tuned / openvino" cell follows "tuned / onnxruntime" where OpenVINO was timed for some
+    model (`n/a` for a model it was not timed for)."""
+    rows, openvino = [], timed_openvino(references)
     for (label, trials, arm), group in _groups(runs, baseline):
         ort = references.get(label, {}).get(ONNXRUNTIME)
+        ov = references.get(label, {}).get(OPENVINO)
         reach = reach_baseline(group, runs, baseline)
         costs = [r.cost for r in group if r.cost is not None]
         cost_text = "n/a" if not costs else " / ".join(
@@ -175,6 +187,8 @@ def summary_rows(runs: Sequence[RunResult], references: dict[str, dict[str, floa
             _spread_text(spread(vs_baseline(r, runs, baseline) for r in group), ".2f", "x"),
             _reach_text(reach, "trials"), _reach_text(reach, "seconds"),
             _spread_text(spread(ratio(r.latency_ms, ort) for r in group), ".2f", "x"),
+            *([_spread_text(spread(ratio(r.latency_ms, ov) for r in group), ".2f", "x")]
+              if openvino else []),
             _spread_text(spread(r.report.get("tune_seconds") for r in group)),
             cost_text,
         ])
@@ -218,9 +232,10 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
     parts = ["# harl benchmark", "", "```", *header, "```", "",
              f"Seeds {', '.join(map(str, seeds))}. Cells are the median over seeds, "
              "[min, max] when they differ. Latencies: each of several fresh processes per model "
-             "compiles every run's database and times all builds, untuned TVM and onnxruntime "
-             "round-robin; a build's latency is the median over processes of its per-process "
-             "medians (runs.csv lists them); only ratios are compared. "
+             "compiles every run's database and times all builds, untuned TVM, onnxruntime "
+             "and, where installed, OpenVINO (CPU, fp32, TVM's thread count) round-robin; a "
+             "build's latency is the median over processes of its per-process medians "
+             "(runs.csv lists them); only ratios are compared. "
              f"\"to {baseline}'s final\": trials and tuning seconds until a run's end-to-end "
              "estimate (weighted sum of the best measured task latencies, counted once every "
              f"task is measured) first reaches the final estimate of the {baseline} run with "
@@ -232,14 +247,17 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
                + (", " + ", ".join(f"`{key} = {toml_value(value)}`"
                                    for key, value in arm.settings.items())
                   if arm.settings else "") for name, arm in arms.items()), "",
-             markdown_table(summary_columns(baseline), summary_rows(runs, references, baseline)),
+             markdown_table(summary_columns(baseline, timed_openvino(references)),
+                            summary_rows(runs, references, baseline)),
              ""]
     for label, refs in references.items():
         verified = [r for r in runs if r.spec.label == label and r.verified is not None]
         bad = [r.work_dir.name for r in verified if not r.verified]
+        openvino = (f"openvino {refs[OPENVINO]:.4g} ms, " if OPENVINO in refs
+                    else "openvino not timed, " if timed_openvino(references) else "")
         parts.append(f"- {label}: same-process medians onnxruntime {refs[ONNXRUNTIME]:.4g} ms, "
-                     f"untuned TVM {refs[UNTUNED]:.4g} ms; outputs of {len(verified) - len(bad)}"
-                     f"/{len(verified)} tuned builds match onnxruntime"
+                     f"{openvino}untuned TVM {refs[UNTUNED]:.4g} ms; outputs of "
+                     f"{len(verified) - len(bad)}/{len(verified)} tuned builds match onnxruntime"
                      + (f" (mismatch: {', '.join(bad)})" if bad else ""))
     for run in [r for r in runs if worth_saying(r.report.get("measure_other_cores"))]:
         parts.append(f"- run {run.spec.label}/{run.work_dir.name} measured its candidates while "
