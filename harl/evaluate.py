@@ -33,13 +33,15 @@ class OutputCheck:
     atol: float
 
 
-def compile_model(relax_mod, target, database=None):
+def compile_model(relax_mod, target, database=None, *, prepack_weights: bool | None = None):
     """Relax VM executable; tasks missing from `database` keep their default schedules.
 
     The pipeline is TVM's compile_relax (fuse, apply the database, DLight for what a GPU's
     database lacks, lower), and where the database was tuned with prepacked weights
     (harl.frontend.tasks.fusion_passes) the functions are marked alike, and each schedule's
-    weight packing is split out and folded into the constants (TVM's cpu_weight_prepack)."""
+    weight packing is split out and folded into the constants (TVM's cpu_weight_prepack).
+    `prepack_weights` says how the database was tuned; None: as its records show (a database
+    that cannot list them, such as TVM's UnionDatabase, needs it said)."""
     import tvm
     from tvm import relax
     from tvm.s_tir import dlight
@@ -51,7 +53,7 @@ def compile_model(relax_mod, target, database=None):
         database = ms.database.MemoryDatabase()
     if target.kind.name == "cuda":
         use_nvcc_for_cuda()
-    prepacked = prepacks_weights(database)
+    prepacked = prepacks_weights(database) if prepack_weights is None else prepack_weights
 
     @tvm.transform.module_pass(opt_level=3)
     def pipeline(mod, _ctx):  # passes made here: some need the target's context
@@ -293,7 +295,9 @@ def evaluate_into(report: RunReport, model: OnnxModel, relax_mod, target, databa
     names = [spec.name for spec in model.inputs]
     inputs = model.random_inputs(config.seed)
     with native_logs_into(tvm_log):
-        tuned = CompiledModel(compile_model(relax_mod, target, database), target, names)
+        tuned = CompiledModel(compile_model(relax_mod, target, database,
+                                            prepack_weights=config.prepack_weights),
+                              target, names)
         untuned = CompiledModel(compile_model(relax_mod, target), target, names)
     reference = OnnxRuntimeModel(model, threads=local_cpu_count())
 

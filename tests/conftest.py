@@ -150,6 +150,22 @@ def save_model(path: Path, nodes, inputs, outputs, initializers=(), opset: int =
     return path
 
 
+def three_convs(path):
+    """Three conv2d tasks of 4.7-9.4 MFLOP: above the size whose unscheduled nest is measured
+    before tuning, so a task the budget never reaches has no record at all."""
+    rng = np.random.default_rng(0)
+    shapes = {"w0": (16, 16, 3, 3), "w1": (32, 16, 3, 3), "w2": (32, 32, 3, 3)}
+    weights = [numpy_helper.from_array((0.1 * rng.standard_normal(shape)).astype(np.float32),
+                                       name) for name, shape in shapes.items()]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    return save_model(path, nodes,
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])],
+                      weights)
+
+
 @pytest.fixture
 def tiny_matmul(tmp_path) -> Path:
     """y = relu(x @ W), x: [1, 16], W: [16, 8]."""

@@ -6,8 +6,13 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import conv2d_module, harl_tune_here, matmul_module, save_model, shipped_prior_applies
-from onnx import TensorProto, helper, numpy_helper
+from conftest import (
+    conv2d_module,
+    harl_tune_here,
+    matmul_module,
+    shipped_prior_applies,
+    three_convs,
+)
 from tvm.s_tir import meta_schedule as ms
 
 from harl.frontend.tasks import TuningTask
@@ -106,22 +111,6 @@ def test_a_pick_that_does_not_build_gives_way_to_the_next_best():
     assert trace_of(picks, 0) == trace_of(unchecked, 0)  # built at once: the same pick
     assert trace_of(picks, 2) not in (None, trace_of(unchecked, 2))  # the second best
     assert trace_of(picks, 1) is None  # none built: TVM's naive nest
-
-
-def three_convs(path):
-    """Three conv2d tasks of 4.7-9.4 MFLOP: above the size whose unscheduled nest is measured
-    before tuning, so a task the budget never reaches has no record at all."""
-    rng = np.random.default_rng(0)
-    shapes = {"w0": (16, 16, 3, 3), "w1": (32, 16, 3, 3), "w2": (32, 32, 3, 3)}
-    weights = [numpy_helper.from_array((0.1 * rng.standard_normal(shape)).astype(np.float32),
-                                       name) for name, shape in shapes.items()]
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["a", "w1"], ["b"], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
-    return save_model(path, nodes,
-                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])],
-                      weights)
 
 
 @pytest.fixture(scope="module")

@@ -74,14 +74,15 @@ def main() -> None:
         raise SystemExit("kernel_times.py times CPU builds only")
     relax_mod = import_to_relax(model, fast_math=True)  # as harl imports for CPU targets
     load_tensor_intrinsics(target)
+    prepacked = prepacks_weights(database)  # the picks' UnionDatabase cannot tell
     if args.with_picks:
         database = picked_database(args.work_dir, database, relax_mod, target)
-    built = CompiledModel(compile_model(relax_mod, target, database), target,
-                          [spec.name for spec in model.inputs])
+    built = CompiledModel(compile_model(relax_mod, target, database, prepack_weights=prepacked),
+                          target, [spec.name for spec in model.inputs])
     model_ms = built.median_latency_ms(inputs, args.repeats)
     kernel_ms, calls = kernel_times(built, inputs)
     flops = {task.name: task.flop for task in
-             extract_tasks(relax_mod, target, prepack_weights=prepacks_weights(database))}
+             extract_tasks(relax_mod, target, prepack_weights=prepacked)}
     with tempfile.TemporaryDirectory() as folder:  # the FMA kernel's C source and library
         peak = measure_peak(Path(folder), threads)
     mhz = cpu_mhz()

@@ -58,6 +58,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
         verify_tuned,
     )
     from harl.frontend.onnx_model import import_to_relax, load_onnx
+    from harl.frontend.tasks import prepacks_weights
     from harl.loop import open_database
     from harl.measure import cpu_load
     from harl.measure.threads import use_physical_cores
@@ -90,12 +91,14 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
         database, dir_target = databases[work_dir], records[work_dir][0].target
         dir_mod = graph_of(Path(work_dir), relax_mod)
         builds = {work_dir: database}
+        prepacked = prepacks_weights(database)  # the picks' UnionDatabase cannot tell
         if with_picks:
             builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, dir_mod,
                                                             dir_target, say)
         for key, db in builds.items():
             say(f"bench: compiling {Path(key).name} ...")
-            built = CompiledModel(compile_model(dir_mod, dir_target, db), dir_target, names)
+            built = CompiledModel(compile_model(dir_mod, dir_target, db,
+                                                prepack_weights=prepacked), dir_target, names)
             # as harl.tune checks: against untuned TVM where TVM itself disagrees with onnxruntime
             verdict = verify_tuned(built.run(inputs), untuned_outputs, expected,
                                    list(model.output_names), rtol=settings.rtol, atol=settings.atol)
