@@ -4,7 +4,7 @@ Makes variants of an ONNX model's Relax graph with TVM's own passes and knobs (p
 merged with the weights lifted to parameters, NHWC conv layouts, transposes folded into
 matmuls, single operators kept out of fusion by marking their PrimFunc opaque), estimates each
 with the graph cost model, compiles each (with a harl work dir's database where given:
-`compile_relax` applies it; tasks it lacks keep TVM's default schedules, or get the cost
+harl's compile_model applies it; tasks it lacks keep TVM's default schedules, or get the cost
 model's pick with --picks, as harl's own builds give them), times them in interleaved rounds
 on the relax VM, and prints Spearman's rank correlation of estimated against measured latency.
 
@@ -116,12 +116,12 @@ def variants(model, base, target, max_opaque: int) -> list[tuple[str, object]]:
     return kept
 
 
-def with_picks(database, mod, target, scorer):
+def with_picks(database, mod, target, scorer, prepack_weights: bool):
     """`database` joined with the cost model's picks for `mod`'s tasks it lacks."""
     from harl.frontend.tasks import extract_tasks
     from harl.untuned import with_predicted
 
-    tasks = extract_tasks(mod, target)
+    tasks = extract_tasks(mod, target, prepack_weights=prepack_weights)
     wanted = [i for i, task in enumerate(tasks) if not database.has_workload(task.mod)]
     return with_predicted(database, tasks, wanted, target, scorer)[0]
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     import scipy.stats
     from tvm.s_tir import meta_schedule as ms
 
-    from harl.evaluate import CompiledModel
+    from harl.evaluate import CompiledModel, compile_model
     from harl.frontend.onnx_model import import_model, load_onnx
     from harl.graph.cost import GraphCostModel
     from harl.target import parse_target
@@ -177,8 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {s.name: rng.standard_normal(s.shape).astype(s.dtype) for s in model.inputs}
     compiled = []
     for _, mod in made:
-        db = with_picks(database, mod, target, estimator.scorer) if args.picks else database
-        compiled.append(CompiledModel(ms.relax_integration.compile_relax(db, mod, target, None),
+        db = (with_picks(database, mod, target, estimator.scorer, estimator.prepack_weights)
+              if args.picks else database)
+        compiled.append(CompiledModel(compile_model(mod, target, db,
+                                                    prepack_weights=estimator.prepack_weights),
                                       target, [s.name for s in model.inputs]))
     timings = np.zeros((args.rounds, len(made)))
     for r in range(args.rounds):
