@@ -16,8 +16,8 @@ that module is built instead of MODEL's import (picked up from WORK_DIR, or name
 `--graph none` builds MODEL's import regardless); MODEL still gives the inputs and onnxruntime's
 reference.
 
-Where harl tuned with prepacked weights (its default on CPUs: each schedule chose the layout of
-its constant weights), the build is TVM's own `relax.pipeline.static_shape_tuning_pipeline(0,
+Where harl tuned with prepacked weights (`prepack_weights = true`: each schedule chose the layout
+of its constant weights), the build is TVM's own `relax.pipeline.static_shape_tuning_pipeline(0,
 target, work_dir=WORK_DIR, cpu_weight_prepack=True)` followed by `tvm.compile`: it marks the
 weights layout-free, applies the database, and folds each schedule's weight packing into the
 constants.
