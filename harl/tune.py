@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harl.cli import build_parser, config_from_args, resume_command, write_failure
 from harl.config import TuneConfig
-from harl.config_file import recorded, refuse_changed_config, to_toml
+from harl.config_file import recorded, to_toml
+from harl.config_resume import refuse_changed_config
 from harl.database.repair import load_database
 from harl.errors import HarlError, VerificationError
 from harl.evaluate import evaluate_into

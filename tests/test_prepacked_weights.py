@@ -5,7 +5,7 @@ import json
 
 from conftest import EXAMPLES, assert_plain_tvm_rebuilds, harl_tune_here, three_convs
 
-from harl.config_file import config_changes
+from harl.config_resume import config_changes
 from harl.database import open_database
 from harl.frontend.onnx_model import import_to_relax, load_onnx
 from harl.frontend.tasks import extract_tasks, prepacks_weights
