@@ -81,9 +81,10 @@ def prepacked(database) -> bool:
     return False
 
 
-def count_applied(mod, target, database) -> tuple[int, int]:
-    """(functions scheduled by the database, tunable functions) after TVM's own fusion."""
-    marks = [relax.transform.AttachAttrLayoutFreeBuffers()] if prepacked(database) else []
+def count_applied(mod, target, database, packed: bool) -> tuple[int, int]:
+    """(functions scheduled by the database, tunable functions) after TVM's own fusion (marking
+    the weights layout-free where the database was tuned so: `packed`)."""
+    marks = [relax.transform.AttachAttrLayoutFreeBuffers()] if packed else []
     fuse = tvm.transform.Sequential([
         *relax.pipeline.library_dispatch_passes(target),
         relax.transform.LegalizeOps(),
@@ -143,7 +144,8 @@ def main() -> int:
         return 1
     else:
         mod = for_inference(from_onnx(model, keep_params_in_input=False), target)
-    scheduled, total = count_applied(mod, target, database)
+    packed = prepacked(database)
+    scheduled, total = count_applied(mod, target, database, packed)
     print(f"tuned functions applied: {scheduled}/{total}")
 
     kind = target.kind.name
@@ -151,7 +153,7 @@ def main() -> int:
         # TVM compiles CUDA through NVRTC by default, which needs the cuda-bindings package;
         # nvcc is what a CUDA toolkit has (as harl.target.use_nvcc_for_cuda: no harl import here).
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
-    if prepacked(database):
+    if packed:
         print("weights prepacked by the schedules: TVM's static_shape_tuning_pipeline with "
               "cpu_weight_prepack")
         tuning = relax.pipeline.static_shape_tuning_pipeline(

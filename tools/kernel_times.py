@@ -56,7 +56,7 @@ def main() -> None:
 
     from harl.evaluate import CompiledModel, compile_model
     from harl.frontend.onnx_model import import_to_relax, load_onnx
-    from harl.frontend.tasks import extract_tasks, prepacks_weights
+    from harl.frontend.tasks import prepacks_weights
     from harl.loop import open_database
     from harl.measure.threads import use_physical_cores
     from harl.target import is_gpu
@@ -76,18 +76,18 @@ def main() -> None:
     load_tensor_intrinsics(target)
     prepacked = prepacks_weights(database)  # the picks' UnionDatabase cannot tell
     if args.with_picks:
-        database = picked_database(args.work_dir, database, relax_mod, target)
+        database = picked_database(args.work_dir, database, relax_mod, target,
+                                   prepack_weights=prepacked)
     built = CompiledModel(compile_model(relax_mod, target, database, prepack_weights=prepacked),
                           target, [spec.name for spec in model.inputs])
     model_ms = built.median_latency_ms(inputs, args.repeats)
     kernel_ms, calls = kernel_times(built, inputs)
-    flops = {task.name: task.flop for task in
-             extract_tasks(relax_mod, target, prepack_weights=prepacked)}
+    tasks = task_summaries(args.work_dir)
+    flops = {name: task["flop"] for name, task in tasks.items()}  # TVM's count, as tuned
     with tempfile.TemporaryDirectory() as folder:  # the FMA kernel's C source and library
         peak = measure_peak(Path(folder), threads)
     mhz = cpu_mhz()
-    rows = kernel_rows(model_ms, kernel_ms, calls, flops, task_summaries(args.work_dir),
-                       peak.gflops_all_cores)
+    rows = kernel_rows(model_ms, kernel_ms, calls, flops, tasks, peak.gflops_all_cores)
     model_flop = sum(row["mflop"] * row["calls"] for row in rows if row["mflop"]) * 1e6
     header = {"model": str(args.model), "work_dir": str(args.work_dir), "model_ms": model_ms,
               "kernels_ms": sum(kernel_ms.values()), "kernel_calls": sum(calls.values()),

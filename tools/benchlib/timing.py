@@ -93,8 +93,8 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
         builds = {work_dir: database}
         prepacked = prepacks_weights(database)  # the picks' UnionDatabase cannot tell
         if with_picks:
-            builds[f"{work_dir} + picks"] = picked_database(Path(work_dir), database, dir_mod,
-                                                            dir_target, say)
+            builds[f"{work_dir} + picks"] = picked_database(
+                Path(work_dir), database, dir_mod, dir_target, prepack_weights=prepacked, say=say)
         for key, db in builds.items():
             say(f"bench: compiling {Path(key).name} ...")
             built = CompiledModel(compile_model(dir_mod, dir_target, db,
@@ -155,18 +155,20 @@ def graph_of(work_dir: Path, relax_mod):
     return tvm.ir.load_json(path.read_text()) if path.exists() else relax_mod
 
 
-def picked_database(work_dir: Path, database, relax_mod, target, say=print):
+def picked_database(work_dir: Path, database, relax_mod, target, *, prepack_weights: bool,
+                    say=print):
     """The work dir's database plus, for its tasks without a measured record, the pick of a
     cost model trained on its records (harl/untuned.py), as `python -m harl.tune` builds. The
     picks' builds get the default build limits and seed 0: a run with other `--build-timeout`,
-    straggler settings or `--seed` may have compiled other picks."""
+    straggler settings or `--seed` may have compiled other picks. `prepack_weights`: whether the
+    work dir tuned with prepacked weights (harl.frontend.tasks.prepacks_weights of `database`)."""
     from harl.config import MeasureConfig
-    from harl.frontend.tasks import extract_tasks, prepacks_weights
+    from harl.frontend.tasks import extract_tasks
     from harl.resume import PriorRun
     from harl.search.cost_prior import load_cost_prior
     from harl.untuned import pick_builder, scorer_from_records, unmeasured_tasks, with_predicted
 
-    tasks = extract_tasks(relax_mod, target, prepack_weights=prepacks_weights(database))
+    tasks = extract_tasks(relax_mod, target, prepack_weights=prepack_weights)
     prior = PriorRun.read(database, [task.mod for task in tasks])
     report = work_dir / "report.json"  # as the run did: with the prior if it used one
     used_prior = report.is_file() and json.loads(report.read_text()).get("cost_prior")
