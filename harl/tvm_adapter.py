@@ -119,7 +119,7 @@ def _schedule_ffi():
         from tvm.s_tir.schedule import _ffi_api
 
         return (_ffi_api.ScheduleGet, _ffi_api.ScheduleGetConsumers, _ffi_api.ScheduleGetLoops,
-                _ffi_api.ScheduleComputeAt, _ffi_api.ScheduleComputeInline, _ffi_api.ScheduleSeed)
+                _ffi_api.ScheduleComputeAt, _ffi_api.ScheduleComputeInline)
 
 
 def loop_extents(sch, loops) -> list[int | None]:
@@ -152,11 +152,6 @@ def compute_at(sch, block, loop) -> None:
 def compute_inline(sch, block) -> None:
     """`_ffi_api.ScheduleComputeInline`: `sch.compute_inline` without its type check."""
     _schedule_ffi()[4](sch, block)
-
-
-def seed(sch, value: int) -> None:
-    """`_ffi_api.ScheduleSeed`: `sch.seed` without its type check."""
-    _schedule_ffi()[5](sch, value)
 
 
 # --- tensor intrinsics: import only the sets a target can use -----------------------------------
