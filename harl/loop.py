@@ -28,6 +28,7 @@ from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.plan import SearchPlan
 from harl.stoppable_search import StoppableSearch, TrialBudget
 from harl.target import is_gpu
+from harl.tvm_adapter import pinned_statements
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
     budget = TrialBudget(settings.trials)
     durable = Durably(recorder, work_dir, recorder.history_path)  # each batch on the disk
     started = False  # plan.on_start ran
+    pinned = [pinned_statements(task.mod) for task in tasks]  # TVM's own search writes too
     try:
         with interrupt_flag() as interrupt:
             if own_builder:
@@ -215,6 +217,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
             raise durable.failure from None
         raise
     finally:
+        pinned.clear()
         recorder.close()
         if own_builder and builder is not None:
             builder.shutdown()

@@ -111,6 +111,38 @@ def initialize_search_strategy(strategy, context) -> None:
     initialize(context)
 
 
+# --- a module's statements held, so that TVM's schedules copy them before writing ---------------
+
+def pinned_statements(mod) -> list:
+    """Every statement of `mod`'s TIR functions, to hold while schedules of `mod` exist.
+
+    A TVM 0.27 schedule writes a loop nest in place when each For and SBlock above it has one
+    owner, without looking at the statements between them: once a primitive has replaced the
+    root block (an annotation), the nest below it is still shared with `mod` through the root's
+    SeqStmt, and a later Fuse or Vectorize rewrites `mod` itself. The schedules of `mod` then
+    hold pointers into freed statements (double frees, `exit()` from a postproc) and the
+    database stores a rewritten workload that TVM cannot load. A second owner of each
+    statement makes TVM copy it instead.
+    """
+    from tvm import tirx
+
+    found: list = []
+
+    def visit(stmt) -> None:
+        found.append(stmt)
+        for name in ("body", "block", "init", "then_case", "else_case"):
+            child = getattr(stmt, name, None)
+            if isinstance(child, tirx.Stmt):
+                visit(child)
+        for child in getattr(stmt, "seq", None) or ():
+            visit(child)
+
+    for _, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            visit(func.body)
+    return found
+
+
 # --- schedule primitives without the Python layer's type checks ---------------------------------
 
 @functools.cache
@@ -119,7 +151,7 @@ def _schedule_ffi():
         from tvm.s_tir.schedule import _ffi_api
 
         return (_ffi_api.ScheduleGet, _ffi_api.ScheduleGetConsumers, _ffi_api.ScheduleGetLoops,
-                _ffi_api.ScheduleComputeAt, _ffi_api.ScheduleComputeInline)
+                _ffi_api.ScheduleComputeAt, _ffi_api.ScheduleComputeInline, _ffi_api.ScheduleSeed)
 
 
 def loop_extents(sch, loops) -> list[int | None]:
@@ -152,6 +184,11 @@ def compute_at(sch, block, loop) -> None:
 def compute_inline(sch, block) -> None:
     """`_ffi_api.ScheduleComputeInline`: `sch.compute_inline` without its type check."""
     _schedule_ffi()[4](sch, block)
+
+
+def seed(sch, value: int) -> None:
+    """`_ffi_api.ScheduleSeed`: `sch.seed` without its type check."""
+    _schedule_ffi()[5](sch, value)
 
 
 # --- tensor intrinsics: import only the sets a target can use -----------------------------------

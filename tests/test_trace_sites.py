@@ -114,7 +114,7 @@ def test_a_seed_of_zero_draws_a_schedule():
     assert sch is not None and state_of(sch.trace)
 
 
-def test_a_replayed_schedule_is_the_new_schedule_of_its_seed_and_leaves_the_module_alone():
+def test_a_copied_schedule_replays_as_a_new_one_and_leaves_its_source_alone():
     from tvm_ffi import structural_equal
 
     from harl.search.trace_sites import fresh_schedules

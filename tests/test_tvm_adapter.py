@@ -11,7 +11,7 @@ import pytest
 import tvm
 import tvm_ffi
 from conftest import matmul_module
-from tvm import te
+from tvm import te, topi
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
@@ -91,6 +91,9 @@ def test_a_wrapped_search_strategy_is_initialised_with_the_context():
 
 def test_the_schedule_calls_do_what_the_checked_methods_do():
     checked, direct = Schedule(two_stages()), Schedule(two_stages())
+    checked.seed(7)
+    tvm_adapter.seed(direct, 7)
+    assert checked.fork_seed() == direct.fork_seed()
     b, c = direct.get_sblock("B"), direct.get_sblock("C")
     assert [direct.get(x) for x in tvm_adapter.get_consumers(direct, b)] == [direct.get(c)]
     loops = tvm_adapter.get_loops(direct, c)
@@ -157,3 +160,22 @@ def test_a_host_modules_imports_are_packed_and_listed():
     assert tvm_adapter.imported_modules(host, "cuda") == []
     assert [m.kind for m in tvm_adapter.imported_modules(host, "llvm")] == ["llvm"]
     assert isinstance(tvm_adapter.pack_imports(host), bytes)
+
+
+def global_average_pool():
+    x = te.placeholder((1, 1000, 13, 13), name="x")
+    y = topi.divide(topi.sum(x, axis=[2, 3], keepdims=True), 169.0)
+    return tvm.IRModule({"main": te.create_prim_func([x, y])})
+
+
+def test_held_statements_keep_a_schedule_from_writing_its_module():
+    mod = global_average_pool()
+    before = tvm_ffi.structural_hash(mod)
+    held = tvm_adapter.pinned_statements(mod)
+    assert len(held) >= 6  # the root block, both nests' loops and blocks
+    sch = Schedule(mod)
+    sch.annotate(sch.get_sblock("root"), "meta_schedule.vectorize", 64)  # replaces the root
+    loops = sch.get_loops(sch.get_sblock("T_divide"))
+    sch.vectorize(sch.fuse(*loops[2:]))  # without the held statements: written into `mod`
+    assert tvm_ffi.structural_hash(mod) == before
+    assert "T.vectorized" in sch.mod.script() and "T.vectorized" not in mod.script()

@@ -54,10 +54,10 @@ def main() -> None:
     from benchlib.peak import measure_peak, theoretical_peak_gflops
     from benchlib.timing import picked_database
 
+    from harl.database import read_database
     from harl.evaluate import CompiledModel, compile_model
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.frontend.tasks import prepacks_weights
-    from harl.loop import open_database
     from harl.measure.threads import use_physical_cores
     from harl.target import is_gpu
     from harl.tvm_env import load_tensor_intrinsics
@@ -65,7 +65,7 @@ def main() -> None:
     threads, _ = use_physical_cores()
     model = load_onnx(args.model)
     inputs = model.random_inputs(0)
-    database = open_database(args.work_dir)
+    database = read_database(args.work_dir)
     records = database.get_all_tuning_records()
     if not records:
         raise SystemExit(f"{args.work_dir} holds no tuning record")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harl.database import RECORD_FILE, WORKLOAD_FILE, open_database
+from harl.tvm_adapter import pinned_statements
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ def repair_database(work_dir: Path, deep: bool = False) -> Repair:
     kept_workloads: list[bytes] = []
     new_index: dict[int, int] = {}  # workload line -> its line once the damaged ones are gone
     workloads = []  # TVM's, when deep
+    held = []  # their statements, so that replaying a record leaves the next ones loadable
     for index, line in enumerate(workload_lines):
         value = _json(line)
         workload = None if value is None else _workload(value, deep)
@@ -134,6 +136,8 @@ def repair_database(work_dir: Path, deep: bool = False) -> Repair:
             new_index[index] = len(kept_workloads)
             kept_workloads.append(line)
             workloads.append(workload)
+            if deep:
+                held.append(pinned_statements(workload.mod))
     _settle(workload_path, workload_lines, kept_workloads, repair)
 
     record_lines = _lines(record_path)

@@ -5,12 +5,13 @@ and the parallel extent a sketch annotates (`meta_schedule.parallel`, what MetaS
 MutateParallel changes). Everything else in the trace stays as the design space made it.
 
 Replaying traces is most of a search's time; `schedules_of` spreads it over threads (TVM's calls
-release the GIL), as MetaSchedule's evolutionary search does. The threads share the task's module:
-a schedule copies what it changes of a module it does not own alone.
+release the GIL), as MetaSchedule's evolutionary search does. The threads share the task's module,
+whose statements are held (`FreshSchedules`) so that a schedule copies what it changes of it.
 """
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache, lru_cache
 
@@ -18,6 +19,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import Instruction, Trace
 from tvm.tirx import IntImm
 
+from harl import tvm_adapter
 from harl.agents.tile_tuner import Site, State
 from harl.search.location_shortcut import Shortcut
 
@@ -140,20 +142,26 @@ def structure_of(insts) -> list[tuple]:
 
 
 class FreshSchedules:
-    """Unscheduled, seeded schedules of one module: `Schedule(mod, seed=...)` for each replay.
+    """Unscheduled schedules of one module, copied from a prepared one: a copy costs 0.016 ms
+    where a new Schedule costs 0.55 ms (the CNN's convs), paid for every replayed state.
 
-    Each is built anew (0.55 ms on a CNN's conv) rather than copied from a prepared one (0.007
-    ms): TVM 0.27's copies corrupt its memory under some replays (the `mean` task of SqueezeNet:
-    a double free, or an `exit()` from a postproc's Vectorize, within a few hundred replays;
-    no crash in the same replays on new schedules).
+    TVM's `copy()` advances the source's random state, so copies are taken under a lock; each
+    is then seeded, which makes it the Schedule that `Schedule(mod, seed=...)` would be. The
+    module's statements are held meanwhile, or TVM would write some of them in place (see
+    `tvm_adapter.pinned_statements`).
     """
 
     def __init__(self, mod) -> None:
-        self.mod = mod
+        self._pinned = tvm_adapter.pinned_statements(mod)
+        # errors are dropped, not rendered
+        self._source = Schedule(mod, seed=1, debug_mask=0, error_render_level="none")
+        self._lock = threading.Lock()
 
     def new(self, seed: int):
-        # errors are dropped, not rendered; TVM takes seeds from 1 (0 raises)
-        return Schedule(self.mod, seed=max(1, seed), debug_mask=0, error_render_level="none")
+        with self._lock:
+            sch = self._source.copy()
+        tvm_adapter.seed(sch, max(1, seed))  # TVM takes seeds from 1 (0 raises)
+        return sch
 
 
 @lru_cache(maxsize=64)

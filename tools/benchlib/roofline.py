@@ -73,6 +73,7 @@ def conv_kernel(folder: Path, size: int, channels: int = 64) -> Kernel:
 def time_kernel(kernel: Kernel, work_dir: Path, numpy_n: int | None, rounds: int = 5,
                 repeats: int = 3) -> dict:
     """Compile the tuned database, check it against onnxruntime, time it interleaved."""
+    from harl.database import read_database
     from harl.evaluate import (
         CompiledModel,
         OnnxRuntimeModel,
@@ -81,13 +82,12 @@ def time_kernel(kernel: Kernel, work_dir: Path, numpy_n: int | None, rounds: int
         interleaved_latencies_ms,
     )
     from harl.frontend.onnx_model import import_to_relax, load_onnx
-    from harl.loop import open_database
     from harl.target import is_gpu, local_cpu_count
     from harl.tvm_env import load_tensor_intrinsics
 
     model = load_onnx(kernel.path)
     inputs = model.random_inputs(0)
-    database = open_database(work_dir)
+    database = read_database(work_dir)
     target = database.get_all_tuning_records()[0].target
     load_tensor_intrinsics(target)
     relax_mod = import_to_relax(model, fast_math=not is_gpu(target))

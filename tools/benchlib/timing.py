@@ -50,6 +50,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     OpenVINO is timed only where its outputs match onnxruntime's. With `with_picks`, each work
     dir is also built as `python -m harl.tune` compiles it (key "<work dir> + picks", see
     `picked_database`)."""
+    from harl.database import read_database
     from harl.evaluate import (
         CompiledModel,
         OnnxRuntimeModel,
@@ -59,7 +60,6 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
     )
     from harl.frontend.onnx_model import import_to_relax, load_onnx
     from harl.frontend.tasks import prepacks_weights
-    from harl.loop import open_database
     from harl.measure import cpu_load
     from harl.measure.threads import use_physical_cores
     from harl.target import is_gpu, local_cpu_count, parse_target
@@ -78,7 +78,7 @@ def time_builds(model_path: Path, work_dirs: list[str], fallback_target: str | N
         if openvino is not None:
             runners[OPENVINO] = openvino
     timing = ProcessTiming(latency_ms={})
-    databases = {work_dir: open_database(Path(work_dir)) for work_dir in work_dirs}
+    databases = {work_dir: read_database(Path(work_dir)) for work_dir in work_dirs}
     records = {work_dir: db.get_all_tuning_records() for work_dir, db in databases.items()}
     tuned_dirs = [work_dir for work_dir in work_dirs if records[work_dir]]
     target = (records[tuned_dirs[0]][0].target if tuned_dirs
