@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 WORKLOAD_FILE = "database_workload.json"
@@ -89,6 +90,10 @@ def _commit_records(database, workload_path: Path, records: Path, pinned_stateme
         mod = ms.database.Workload.from_json(json.loads(line)).mod
         workloads.append(database.commit_workload(mod))  # the database's own
         _held.append(pinned_statements(workloads[-1].mod))
-    for line in _lines(records, complete_only):
+    def parsed(line: str):
         index, record = json.loads(line)
-        database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
+        return ms.database.TuningRecord.from_json(record, workloads[index])  # replays its trace
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # TVM's replays release the GIL
+        for record in pool.map(parsed, _lines(records, complete_only)):
+            database.commit_tuning_record(record)
