@@ -15,7 +15,7 @@ import onnx
 import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
-from tvm import te
+from tvm import te, topi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
@@ -78,6 +78,13 @@ def matmul_module(n: int = 32):
     k = te.reduce_axis((0, n), name="k")
     c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def global_average_pool():
+    """SqueezeNet's `mean` task: a sum over 13x13, then a divide (rfactor sketches)."""
+    x = te.placeholder((1, 1000, 13, 13), name="x")
+    y = topi.divide(topi.sum(x, axis=[2, 3], keepdims=True), 169.0)
+    return tvm.IRModule({"main": te.create_prim_func([x, y])})
 
 
 def conv2d_module(size: int = 8, channels: int = 4):

@@ -1,8 +1,7 @@
 """Opening a work dir's database: every record loads, whatever TVM's replays write."""
 
-import tvm
 import tvm_ffi
-from tvm import te, topi
+from conftest import global_average_pool
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -10,12 +9,6 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from harl.database import LOADING_SUFFIX, RECORD_FILE, open_database, read_database
 from harl.target import parse_target
 from harl.tvm_adapter import pinned_statements
-
-
-def global_average_pool():
-    x = te.placeholder((1, 1000, 13, 13), name="x")
-    y = topi.divide(topi.sum(x, axis=[2, 3], keepdims=True), 169.0)
-    return tvm.IRModule({"main": te.create_prim_func([x, y])})
 
 
 def records_that_rewrite_their_workload(work_dir) -> int:

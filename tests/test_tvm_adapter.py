@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from conftest import matmul_module
-from tvm import te, topi
+from conftest import global_average_pool, matmul_module
+from tvm import te
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
@@ -160,12 +160,6 @@ def test_a_host_modules_imports_are_packed_and_listed():
     assert tvm_adapter.imported_modules(host, "cuda") == []
     assert [m.kind for m in tvm_adapter.imported_modules(host, "llvm")] == ["llvm"]
     assert isinstance(tvm_adapter.pack_imports(host), bytes)
-
-
-def global_average_pool():
-    x = te.placeholder((1, 1000, 13, 13), name="x")
-    y = topi.divide(topi.sum(x, axis=[2, 3], keepdims=True), 169.0)
-    return tvm.IRModule({"main": te.create_prim_func([x, y])})
 
 
 def test_held_statements_keep_a_schedule_from_writing_its_module():
