@@ -11,8 +11,6 @@ WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 LOADING_SUFFIX = ".loading"  # the record file while its records are read back in
 
-_held: list = []  # the loaded workloads' statements (see open_database), for the process
-
 
 def open_database(work_dir: Path):
     """The work dir's MetaSchedule JSON database (created if absent).
@@ -85,11 +83,12 @@ def _commit_records(database, workload_path: Path, records: Path, pinned_stateme
     left out; otherwise it raises, as a damaged line does)."""
     from tvm.s_tir import meta_schedule as ms
 
-    workloads = []
+    workloads, held = [], []  # held: the workloads' statements, while records replay on them
     for line in _lines(workload_path, complete_only):
         mod = ms.database.Workload.from_json(json.loads(line)).mod
         workloads.append(database.commit_workload(mod))  # the database's own
-        _held.append(pinned_statements(workloads[-1].mod))
+        held.append(pinned_statements(workloads[-1].mod))
+
     def parsed(line: str):
         index, record = json.loads(line)
         return ms.database.TuningRecord.from_json(record, workloads[index])  # replays its trace
