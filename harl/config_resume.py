@@ -28,7 +28,7 @@ def _flat(data: dict, prefix: str = "") -> dict:
     return out
 
 
-BEFORE_ADDED = {"prepack_weights": False}
+BEFORE_ADDED = {"prepack_weights": False, "graph.conv_layout": "imported"}
 """fields added after configs were first recorded that change the tasks' workloads, with the
 value a run recorded without them had"""
 

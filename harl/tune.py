@@ -28,7 +28,7 @@ from harl.frontend.onnx_model import (
     load_onnx,
 )
 from harl.frontend.tasks import extract_tasks
-from harl.graph.pipeline import GraphStage, first_budget, summary_line, trials_in
+from harl.graph.pipeline import GraphStage, first_budget, laid_out, summary_line, trials_in
 from harl.loop import LoopResume, LoopSettings, default_batch_size, tune_tasks
 from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
@@ -150,6 +150,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
                            prepack_weights=config.prepack_weights)
         with native_logs_into(tvm_log):
             relax_mod = graph.first(original)
+    with native_logs_into(tvm_log):
+        relax_mod = laid_out(relax_mod, target, config.graph, work_dir)
     tasks = _tasks_of(relax_mod, target, tvm_log, prepack_weights=config.prepack_weights)
     rewrites = []
     if imported.shapes_folded:
@@ -207,6 +209,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         with native_logs_into(tvm_log):
             chosen = graph.second(original, relax_mod)
         if chosen is not relax_mod:
+            with native_logs_into(tvm_log):
+                chosen = laid_out(chosen, target, config.graph, work_dir)
             relax_mod, tasks = chosen, _tasks_of(chosen, target, tvm_log,
                                                  prepack_weights=config.prepack_weights)
         resume = resume_state(work_dir, tasks)

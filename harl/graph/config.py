@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harl.graph.rl.config import RlConfig
+from harl.graph.rules.nchwc import LAYOUTS
 from harl.graph.search.eqsat import EqsatConfig
 
 METHODS = ("off", "greedy", "eqsat", "rl")
@@ -25,6 +26,10 @@ class GraphConfig:
     """off | greedy | eqsat | rl: search the graph's rewrites before tuning (greedy: apply the
     best rewrite while the estimated latency drops; eqsat: equality saturation guided by MCTS;
     rl: a graph neural network policy, fine-tuned online with PPO)"""
+    conv_layout: str = "imported"
+    """imported | nchwc: on a CPU, compute 2-D convs (ungrouped and depthwise) in a blocked
+    channel layout, NCHW{b}c with b the target's float32 vector lanes, carried from conv to
+    conv (harl.graph.rules.nchwc); applied after the graph search, with any method"""
     retune_share: float = 0.25
     """the share of the trial budget kept for after the second search, which prices graphs with
     the latencies tuned so far; a changed graph's new tasks are tuned with it"""
@@ -46,5 +51,8 @@ class GraphConfig:
         if self.method not in METHODS:
             raise ValueError(f"graph.method must be one of {', '.join(METHODS)}, "
                              f"not {self.method!r}")
+        if self.conv_layout not in LAYOUTS:
+            raise ValueError(f"graph.conv_layout must be one of {', '.join(LAYOUTS)}, "
+                             f"not {self.conv_layout!r}")
         if not 0.0 <= self.retune_share < 1.0:
             raise ValueError(f"graph.retune_share must be in [0, 1), not {self.retune_share}")

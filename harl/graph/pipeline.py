@@ -31,6 +31,31 @@ REWRITTEN_FILE = "model_rewritten.json"
 """the rewritten Relax module (absent where the imported graph stands)"""
 
 
+def write_graph(work_dir: Path, mod) -> None:
+    """Save `mod` as the work dir's REWRITTEN_FILE, whole or not at all."""
+    import tvm
+
+    part = Path(work_dir) / (REWRITTEN_FILE + ".part")
+    part.write_text(tvm.ir.save_json(mod))
+    part.replace(Path(work_dir) / REWRITTEN_FILE)
+
+
+def laid_out(mod, target, config: GraphConfig, work_dir: Path):
+    """`mod` with its convs in `config.conv_layout` (harl.graph.rules.nchwc), saved as the
+    graph the run tunes where that changed it; `mod` itself on a GPU or with "imported"."""
+    from harl.graph.rules.nchwc import channel_block, to_nchwc
+
+    block = channel_block(target) if config.conv_layout == "nchwc" else None
+    if block is None:
+        return mod
+    blocked = to_nchwc(mod, block)
+    if same_graph(blocked, mod):
+        return mod
+    write_graph(work_dir, blocked)
+    logger.info(f"harl: graph: convs computed in NCHW{block}c ({REWRITTEN_FILE})")
+    return blocked
+
+
 def trials_in(database) -> int:
     """Trials (records of searched schedules) the database holds, over every workload: the
     tasks of every graph the run has tuned."""
@@ -209,15 +234,10 @@ class GraphStage:
                     f"{size}")
 
     def _save(self, original, chosen) -> None:
-        import tvm
-
-        rewritten = self.work_dir / REWRITTEN_FILE
         if chosen is original:
-            rewritten.unlink(missing_ok=True)
+            (self.work_dir / REWRITTEN_FILE).unlink(missing_ok=True)
         else:
-            part = rewritten.with_suffix(".part")
-            part.write_text(tvm.ir.save_json(chosen))
-            part.replace(rewritten)
+            write_graph(self.work_dir, chosen)
         part = self.work_dir / (GRAPH_FILE + ".part")
         part.write_text(json.dumps(self.entry, indent=2) + "\n")
         part.replace(self.work_dir / GRAPH_FILE)

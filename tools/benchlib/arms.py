@@ -46,6 +46,7 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("no-prior", "harl", {"cost_prior": False}),
     Arm("prepack", "harl", {"prepack_weights": True}),
     Arm("cold-timing", "harl", {"measure.flush_caches": True}),
+    Arm("nchwc", "harl", {"graph.conv_layout": "nchwc"}),
 )}
 """every arm the bench knows, by name"""
 

@@ -1,0 +1,391 @@
+"""Convs in a blocked channel layout (NCHW{b}c, weights OIHW{b}i{b}o), as onnxruntime's CPU
+convs and TVM's x86 conv schedules run them: b channels, one vector of the target, sit
+innermost, so a schedule reads a conv's weights and writes its outputs as whole vectors.
+
+The layout is carried from conv to conv through elementwise ops, pools, channel concats and
+per-channel constants, and transformed back only where an op needs NCHW. TVM 0.27 cannot
+legalise a blocked conv2d, and its ConvertLayout fails on a pool after one, so harl places the
+layout itself and writes each blocked conv as a `call_tir` of conv2d_nchwc: the rewritten graph
+is plain Relax and TIR, which plain TVM builds (tools/build_with_tvm.py reads the work dir's
+model_rewritten.json)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harl.graph.rule import Graph, Match, Rule, const, const_value, shape_of, unique_names
+from harl.graph.rules.conv import plain_conv
+
+LAYOUTS = ("imported", "nchwc")
+"""`[graph] conv_layout` values: the imported graph's layouts, or blocked channels"""
+
+UNARY = frozenset({"relax.nn.relu", "relax.clip", "relax.sigmoid", "relax.tanh", "relax.nn.silu",
+                   "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.exp", "relax.negative",
+                   "relax.sqrt", "relax.rsqrt", "relax.abs", "relax.erf"})
+"""elementwise ops of one tensor, computed in the blocked layout as they are"""
+BINARY = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+                    "relax.maximum", "relax.minimum", "relax.power"})
+"""elementwise ops of two tensors, computed blocked where the other one is blocked alike, a
+per-channel constant or a scalar"""
+POOLS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
+
+
+def channel_block(target) -> int | None:
+    """Float32 lanes of `target`'s widest vectors (16 with AVX-512, 8 with AVX2, 4 with SSE2 or
+    NEON); None for a target that is not a CPU with vectors (a GPU keeps its layouts)."""
+    from tvm.target.codegen import target_has_features
+
+    if target.kind.name != "llvm":
+        return None
+    for feature, lanes in (("avx512f", 16), ("avx2", 8), ("avx", 8), ("sse2", 4), ("neon", 4)):
+        try:
+            if target_has_features(feature, target):
+                return lanes
+        except Exception:  # noqa: BLE001,S112  (a feature LLVM lacks for this architecture)
+            continue
+    return None
+
+
+def conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
+    """TE compute of an ungrouped 2-D conv on NCHW{bi}c data and (O/bo, I/bi, H, W, bi, bo)
+    weights; the input channels are reduced as (block, lane), so a schedule can tile both."""
+    from tvm import te, topi
+
+    batch, _, height, width, _ = (int(d) for d in data.shape)
+    out_blocks, in_blocks, kernel_h, kernel_w, in_lanes, out_lanes = (
+        int(d) for d in kernel.shape)
+    (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
+    top, left, bottom, right = padding
+    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    padded = data
+    if any(padding):
+        padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0],
+                             name="pad_temp")
+    rc = te.reduce_axis((0, in_blocks), name="rc")
+    ry = te.reduce_axis((0, kernel_h), name="ry")
+    rx = te.reduce_axis((0, kernel_w), name="rx")
+    rb = te.reduce_axis((0, in_lanes), name="rb")
+    return te.compute(
+        (batch, out_blocks, out_h, out_w, out_lanes),
+        lambda n, c, y, x, b: te.sum(
+            padded[n, rc, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w,
+                   rb].astype(out_dtype)
+            * kernel[c, rc, ry, rx, rb, b].astype(out_dtype),
+            axis=[rc, ry, rx, rb]),
+        name="conv2d_NCHWc")
+
+
+def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
+    """TE compute of a depthwise 2-D conv (one filter per channel) on NCHW{b}c data and
+    (C/b, H, W, b) weights."""
+    from tvm import te, topi
+
+    batch, blocks, height, width, lanes = (int(d) for d in data.shape)
+    _, kernel_h, kernel_w, _ = (int(d) for d in kernel.shape)
+    (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
+    top, left, bottom, right = padding
+    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
+    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
+    padded = data
+    if any(padding):
+        padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0],
+                             name="pad_temp")
+    ry = te.reduce_axis((0, kernel_h), name="ry")
+    rx = te.reduce_axis((0, kernel_w), name="rx")
+    return te.compute(
+        (batch, blocks, out_h, out_w, lanes),
+        lambda n, c, y, x, b: te.sum(
+            padded[n, c, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w,
+                   b].astype(out_dtype) * kernel[c, ry, rx, b].astype(out_dtype),
+            axis=[ry, rx]),
+        name="depthwise_conv2d_NCHWc")
+
+
+def to_nchwc(mod, block: int):
+    """`mod` with its NCHW convs of constant weights whose output channels `block` divides,
+    ungrouped or depthwise, computed in NCHW{block}c (module docstring); a spatial mean (a
+    global average pool) stays blocked too. An ungrouped conv whose input channels `block` does
+    not divide (a 3-channel stem) reads them as one block, i.e. in NHWC."""
+    import tvm
+    from tvm import relax
+
+    source = _without_dropout(mod)
+    blocker = _blocker_class()(source, block)
+    main = relax.analysis.remove_all_unused(blocker.visit_expr(source["main"]))
+    out = blocker.builder_.get()
+    out["main"] = main
+    return unique_names(tvm.transform.Sequential(
+        [relax.transform.DeadCodeElimination(["main"]), relax.transform.Normalize()])(out))
+
+
+def _without_dropout(mod):
+    """`mod` with each inference-time dropout's output replaced by its input (a dropout's
+    (output, mask) tuple stops layout passes)."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Drop(relax.PyExprMutator):
+        def visit_tuple_getitem_(self, op):
+            item = super().visit_tuple_getitem_(op)
+            source = item.tuple_value
+            if isinstance(source, relax.Var):
+                source = self.lookup_binding(source)
+            if item.index == 0 and _op_name(source) == "relax.nn.dropout":
+                return source.args[0]
+            return item
+
+    drop = Drop(mod)
+    main = relax.analysis.remove_all_unused(drop.visit_expr(mod["main"]))
+    out = drop.builder_.get()
+    out["main"] = main
+    return out
+
+
+def _op_name(expr) -> str:
+    import tvm
+
+    op = getattr(expr, "op", None)
+    return op.name if isinstance(op, tvm.ir.Op) else ""
+
+
+def _block_map(lanes: int):
+    """NCHW -> NCHW{lanes}c."""
+    from tvm import tirx
+
+    return tirx.IndexMap.from_func(lambda n, c, y, x: (n, c // lanes, y, x, c % lanes))
+
+
+def _unblock_map(lanes: int):
+    """NCHW{lanes}c -> NCHW."""
+    from tvm import tirx
+
+    return tirx.IndexMap.from_func(lambda n, c, y, x, b: (n, c * lanes + b, y, x))
+
+
+def _blocked_weight(weight: np.ndarray, in_lanes: int, out_lanes: int) -> np.ndarray:
+    """OIHW -> (O/bo, I/bi, H, W, bi, bo)."""
+    out_c, in_c, kh, kw = weight.shape
+    return (weight.reshape(out_c // out_lanes, out_lanes, in_c // in_lanes, in_lanes, kh, kw)
+            .transpose(0, 2, 4, 5, 3, 1))
+
+
+def _blocked_depthwise_weight(weight: np.ndarray, lanes: int) -> np.ndarray:
+    """(C, 1, H, W) -> (C/b, H, W, b)."""
+    channels, _, kh, kw = weight.shape
+    return weight.reshape(channels // lanes, lanes, kh, kw).transpose(0, 2, 3, 1)
+
+
+def _per_channel(value: np.ndarray, channels: int, lanes: int) -> np.ndarray | None:
+    """A constant broadcast over an NCHW tensor of `channels`, as NCHW{lanes}c: a scalar as it
+    is, (C,1,1) and (1,C,1,1) blocked; None for any other shape."""
+    if value.size == 1:
+        return value.reshape(())
+    if tuple(value.shape) in ((channels, 1, 1), (1, channels, 1, 1)):
+        return value.reshape(1, channels // lanes, lanes, 1, 1).transpose(0, 1, 3, 4, 2)
+    return None
+
+
+def _topi_binary_of(func):
+    """relax.op.maximum or minimum where `func` is TOPI's maximum or minimum of a tensor and a
+    scalar tensor (how TVM's importer writes Clip), else None."""
+    import tvm_ffi
+    from tvm import relax, te, topi
+
+    params = list(func.params)
+    if len(params) != 3 or getattr(params[1], "shape", None) is None or len(params[1].shape):
+        return None
+    for relax_op, topi_op in ((relax.op.maximum, topi.maximum), (relax.op.minimum, topi.minimum)):
+        x = te.placeholder(params[0].shape, params[0].dtype)
+        y = te.placeholder((), params[1].dtype)
+        made = te.create_prim_func([x, y, topi_op(x, y)])
+        if tvm_ffi.structural_equal(made.body, func.body, map_free_vars=True):
+            return relax_op
+    return None
+
+
+def _blocker_class():
+    """The mutator behind to_nchwc (made on first use: TVM's decorator needs TVM imported)."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Blocker(relax.PyExprMutator):
+        """Visits main's bindings in order. `blocked` maps an original variable computed in
+        NCHWc to that value; its NCHW value is emitted only where an op needs it (`flat`)."""
+
+        def __init__(self, mod, block: int) -> None:
+            super().__init__(mod)
+            self.block = block
+            self.blocked: dict = {}
+            self.flat: set = set()
+
+        def nchw(self, var) -> None:
+            """Emit `var`'s NCHW value from its blocked one, once, and map `var` to it."""
+            if var in self.blocked and var not in self.flat:
+                lanes = shape_of(self.blocked[var])[4]
+                value = self.builder_.emit(relax.op.layout_transform(
+                    self.blocked[var], _unblock_map(lanes)), name_hint=var.name)
+                self.set_var_remap(var, value)
+                self.flat.add(var)
+
+        def in_blocks(self, var, lanes: int):
+            """`var` in NCHW{lanes}c: its blocked value, or a transform of its NCHW one."""
+            found = self.blocked.get(var)
+            if found is not None and shape_of(found)[4] == lanes:
+                return found
+            self.nchw(var)
+            return self.builder_.emit(relax.op.layout_transform(
+                self.visit_expr(var), _block_map(lanes)), name_hint=f"{var.name}_nchwc")
+
+        def visit_var_binding_(self, binding):
+            value = binding.value
+            if isinstance(value, relax.Var) and value in self.blocked:  # an alias
+                self.blocked[binding.var] = self.blocked[value]
+                return
+            if isinstance(value, relax.Call):
+                blocked = self.blocked_call(value)
+                if blocked is not None:
+                    self.blocked[binding.var] = self.builder_.emit(
+                        blocked, name_hint=f"{binding.var.name}_nchwc")
+                    return
+            for var in relax.analysis.free_vars(value):
+                self.nchw(var)
+            super().visit_var_binding_(binding)
+
+        def blocked_call(self, call):
+            """`call` computed on blocked values, or None where it stays in NCHW."""
+            name, args = _op_name(call), list(call.args)
+            if name == "relax.nn.conv2d":
+                return self.conv(call)
+            if name in UNARY and args and args[0] in self.blocked:
+                return relax.Call(call.op, [self.blocked[args[0]], *args[1:]], call.attrs)
+            if name in BINARY and len(args) == 2:
+                return self.binary(call, args)
+            if (name in POOLS and args[0] in self.blocked
+                    and str(call.attrs.layout) == "NCHW"):
+                return self.pool(call, self.blocked[args[0]])
+            if name == "relax.concat" and int(call.attrs.axis) == 1:
+                return self.concat(call)
+            if (name == "relax.mean" and args[0] in self.blocked and call.attrs.keepdims
+                    and sorted(int(a) for a in call.attrs.axis) == [2, 3]):
+                return relax.op.mean(self.blocked[args[0]], axis=[2, 3], keepdims=True)
+            if name == "relax.call_tir":
+                return self.clip_bound(call)
+            return None
+
+        def clip_bound(self, call):
+            """TVM's ONNX importer writes Clip (ReLU6) as call_tir of TOPI's maximum and
+            minimum against a scalar: the same op on the blocked value."""
+            callee, (args, *_) = call.args[0], call.args[1:]
+            fields = list(getattr(args, "fields", ()))
+            if len(fields) != 2 or fields[0] not in self.blocked:
+                return None
+            bound = const_value(fields[1])
+            if bound is None or bound.ndim != 0:
+                return None
+            op = _topi_binary_of(self.builder_.get()[callee])
+            return None if op is None else op(self.blocked[fields[0]], fields[1])
+
+        def conv(self, call):
+            attrs, weight = call.attrs, const_value(call.args[1])
+            if (weight is None or str(attrs.data_layout) != "NCHW"
+                    or str(attrs.kernel_layout) != "OIHW"
+                    or str(attrs.out_layout or "NCHW") != "NCHW"
+                    or not isinstance(call.args[0], relax.Var)
+                    or weight.shape[0] % self.block):
+                return None
+            ints = [[int(v) for v in getattr(attrs, key)]
+                    for key in ("strides", "padding", "dilation")]
+            out_dtype, groups = str(call.ty.dtype), int(attrs.groups)
+            if groups == weight.shape[0] == shape_of(call.args[0])[1] and weight.shape[1] == 1:
+                data = self.in_blocks(call.args[0], self.block)
+                kernel = const(_blocked_depthwise_weight(weight, self.block), str(weight.dtype))
+                return self.builder_.call_te(depthwise_conv2d_nchwc, data, kernel, *ints,
+                                             out_dtype, primfunc_name_hint="dwconv2d_nchwc")
+            if groups != 1:
+                return None
+            in_c = weight.shape[1]
+            source = self.blocked.get(call.args[0])
+            if source is not None and in_c % shape_of(source)[4] == 0:
+                in_lanes = shape_of(source)[4]
+            else:
+                in_lanes = self.block if in_c % self.block == 0 else in_c
+            data = self.in_blocks(call.args[0], in_lanes)
+            kernel = const(_blocked_weight(weight, in_lanes, self.block), str(weight.dtype))
+            return self.builder_.call_te(conv2d_nchwc, data, kernel, *ints, out_dtype,
+                                         primfunc_name_hint="conv2d_nchwc")
+
+        def binary(self, call, args):
+            blocked = [self.blocked.get(a) for a in args]
+            first = next((b for b in blocked if b is not None), None)
+            if first is None:
+                return None
+            lanes = shape_of(first)[4]
+            shape = shape_of(args[blocked.index(first)])
+            new = []
+            for arg, value in zip(args, blocked, strict=True):
+                constant = const_value(arg)
+                if value is not None and shape_of(value)[4] == lanes:
+                    new.append(value)
+                elif constant is not None:
+                    packed = _per_channel(constant, shape[1], lanes)
+                    if packed is None:
+                        return None
+                    new.append(const(packed, str(constant.dtype)))
+                elif isinstance(arg, relax.Var) and shape_of(arg) == shape:
+                    new.append(self.in_blocks(arg, lanes))
+                else:
+                    return None
+            return relax.Call(call.op, new, call.attrs)
+
+        def pool(self, call, value):
+            attrs, name = call.attrs, _op_name(call)
+            layout = f"NCHW{shape_of(value)[4]}c"
+            common = {key: [int(v) for v in getattr(attrs, key)]
+                      for key in ("pool_size", "strides", "padding", "dilation")}
+            if name == "relax.nn.max_pool2d":
+                return relax.op.nn.max_pool2d(value, **common, ceil_mode=bool(attrs.ceil_mode),
+                                              layout=layout, out_layout=layout)
+            return relax.op.nn.avg_pool2d(value, **common, ceil_mode=bool(attrs.ceil_mode),
+                                          count_include_pad=bool(attrs.count_include_pad),
+                                          layout=layout, out_layout=layout)
+
+        def concat(self, call):
+            parts = call.args[0]
+            if isinstance(parts, relax.Var):
+                parts = self.lookup_binding(parts)
+            if not isinstance(parts, relax.Tuple):
+                return None
+            fields = list(parts.fields)
+            lanes = {shape_of(self.blocked[f])[4] for f in fields if f in self.blocked}
+            if len(lanes) != 1:
+                return None
+            (lane,) = lanes
+            if not all(isinstance(f, relax.Var) and len(shape_of(f)) == 4
+                       and shape_of(f)[1] % lane == 0 for f in fields):
+                return None
+            return relax.op.concat([self.in_blocks(f, lane) for f in fields], axis=1)
+
+    return Blocker
+
+
+class ConvertLayoutNCHWc(Rule):
+    """Every NCHW conv2d of the graph in NCHW{block}c (module docstring)."""
+
+    name = "convert_layout_nchwc"
+    doc = ("compute the whole graph's 2-D convs in a blocked channel layout (NCHW{b}c, b the "
+           "target's float32 vector lanes)")
+
+    def __init__(self, block: int = 16) -> None:
+        self.block = block
+
+    def matches(self, mod) -> list[Match]:
+        """One match where the graph has an ungrouped NCHW conv with constant weights."""
+        graph = Graph(mod)
+        convs = tuple(b.var.name for b in graph.bindings if plain_conv(graph, b))
+        return ([Match(self.name, convs, f"{len(convs)} convs, {self.block} channels a block")]
+                if convs else [])
+
+    def apply(self, mod, match: Match):
+        del match  # one match: the whole graph
+        return to_nchwc(mod, self.block)

@@ -1,0 +1,125 @@
+"""Convs in blocked channel layouts (harl.graph.rules.nchwc): the layout carried from conv to
+conv, outputs as onnxruntime's, and a run with `[graph] conv_layout = "nchwc"` end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tvm_ffi
+from conftest import assert_matches_onnxruntime, assert_plain_tvm_rebuilds, harl_tune, save_model
+from onnx import TensorProto, helper, numpy_helper
+
+from harl.frontend.onnx_model import import_model, load_onnx
+from harl.graph.config import GraphConfig
+from harl.graph.pipeline import REWRITTEN_FILE
+from harl.graph.rules.nchwc import ConvertLayoutNCHWc, channel_block, to_nchwc
+from harl.target import parse_target
+
+
+def small_cnn(path):
+    """A 3-channel stem with bias and ReLU6, a max pool, a 1x1 and a depthwise branch
+    concatenated, a dropout, a 3x3 conv with a residual add, an average pool, a conv to 8
+    channels, a global average pool and a classifier: every op the layout is carried through,
+    and one conv whose output channels a 16-lane block does not divide."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32),
+                                       name)
+
+    weights = [weight("w0", 16, 3, 3, 3), weight("b0", 16), weight("w1", 16, 16, 1, 1),
+               weight("wd", 16, 1, 3, 3), weight("w2", 16, 32, 3, 3), weight("w3", 8, 16, 1, 1),
+               weight("fc", 8, 10)]
+    node = helper.make_node
+    nodes = [
+        node("Conv", ["x", "w0", "b0"], ["stem"], pads=[1, 1, 1, 1]),
+        node("Clip", ["stem", "lo", "hi"], ["relu6"]),
+        node("MaxPool", ["relu6"], ["pool"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("Conv", ["pool", "w1"], ["a0"]),
+        node("Relu", ["a0"], ["a"]),
+        node("Conv", ["pool", "wd"], ["d0"], pads=[1, 1, 1, 1], group=16),
+        node("Relu", ["d0"], ["d"]),
+        node("Concat", ["a", "d"], ["cat"], axis=1),
+        node("Dropout", ["cat"], ["drop"]),
+        node("Conv", ["drop", "w2"], ["c"], pads=[1, 1, 1, 1]),
+        node("Add", ["c", "pool"], ["res"]),
+        node("AveragePool", ["res"], ["avg"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("Conv", ["avg", "w3"], ["e"]),
+        node("GlobalAveragePool", ["e"], ["g"]),
+        node("Flatten", ["g"], ["flat"]),
+        node("MatMul", ["flat", "fc"], ["y"]),
+    ]
+    bounds = [numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+              numpy_helper.from_array(np.array(6.0, np.float32), "hi")]
+    return save_model(path, nodes,
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                      weights + bounds)
+
+
+def _op_count(mod, name: str) -> int:
+    return sum(getattr(getattr(b.value, "op", None), "name", None) == name
+               for block in mod["main"].body.blocks for b in block.bindings)
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    model = load_onnx(small_cnn(tmp_path_factory.mktemp("nchwc") / "small_cnn.onnx"))
+    return model, import_model(model)[1]
+
+
+@pytest.mark.parametrize(("block", "convs_left"), [(16, 1), (4, 0)])
+def test_blocked_graph_computes_what_onnxruntime_does(cnn, block, convs_left):
+    model, mod = cnn
+    blocked = to_nchwc(mod, block)
+    assert _op_count(blocked, "relax.nn.conv2d") == convs_left  # the 8-channel conv at 16
+    # Into the blocks at the stem, out of them after the global pool (at 16 lanes: before the
+    # 8-channel conv), nowhere else.
+    assert _op_count(blocked, "relax.layout_transform") == 2
+    assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
+    assert tvm_ffi.structural_equal(to_nchwc(blocked, block), blocked)  # what a resume redoes
+
+
+def test_rule_matches_the_graphs_convs(cnn):
+    _, mod = cnn
+    (match,) = ConvertLayoutNCHWc(block=8).matches(mod)
+    assert len(match.vars) == 4  # the ungrouped convs
+    assert _op_count(ConvertLayoutNCHWc(block=8).apply(mod, match), "relax.nn.conv2d") == 0
+
+
+def test_block_is_the_targets_float32_lanes():
+    import tvm
+
+    def lanes(**target):
+        return channel_block(tvm.target.Target({"kind": "llvm", **target}))
+
+    assert lanes(mcpu="skylake-avx512") == 16
+    assert lanes(mcpu="znver3") == 8  # AVX2 only
+    assert lanes() == 4  # x86-64's SSE2
+    assert lanes(mtriple="aarch64-linux-gnu") == 4
+    assert channel_block(tvm.target.Target({"kind": "cuda", "arch": "sm_80"})) is None
+
+
+def test_an_unknown_layout_is_refused():
+    with pytest.raises(ValueError, match="conv_layout must be one of imported, nchwc"):
+        GraphConfig(conv_layout="nhwc")
+
+
+def test_run_tunes_the_blocked_graph_and_plain_tvm_rebuilds_it(tmp_path):
+    import tvm
+
+    model = small_cnn(tmp_path / "small_cnn.onnx")
+    config = tmp_path / "nchwc.toml"
+    config.write_text('[graph]\nconv_layout = "nchwc"\n')
+    work_dir = tmp_path / "run"
+    run = harl_tune(model, "--config", config, "--trials", 6, "--work-dir", work_dir,
+                    "--quiet")
+    assert run.returncode == 0, run.stderr
+    report = json.loads((work_dir / "report.json").read_text())
+    assert report["verified"] is True
+    assert report["config"]["graph"]["conv_layout"] == "nchwc"
+    saved = tvm.ir.load_json((work_dir / REWRITTEN_FILE).read_text())
+    assert "conv2d_nchwc" in [gv.name_hint for gv in saved.get_global_vars()]
+    assert_plain_tvm_rebuilds(model, work_dir)
