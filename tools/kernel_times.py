@@ -52,7 +52,7 @@ def main() -> None:
 
     from benchlib.machine import cpu_mhz
     from benchlib.peak import measure_peak, theoretical_peak_gflops
-    from benchlib.timing import picked_database
+    from benchlib.timing import graph_of, picked_database
 
     from harl.database import read_database
     from harl.evaluate import CompiledModel, compile_model
@@ -72,7 +72,8 @@ def main() -> None:
     target = records[0].target
     if is_gpu(target):  # a kernel's launch returns before it ends: the timer would not see it
         raise SystemExit("kernel_times.py times CPU builds only")
-    relax_mod = import_to_relax(model, fast_math=True)  # as harl imports for CPU targets
+    # as harl imports for CPU targets; the graph the run saved where it rewrote it
+    relax_mod = graph_of(args.work_dir, import_to_relax(model, fast_math=True))
     load_tensor_intrinsics(target)
     prepacked = prepacks_weights(database)  # the picks' UnionDatabase cannot tell
     if args.with_picks:
