@@ -46,10 +46,10 @@ def laid_out(mod, target, config: GraphConfig, work_dir: Path):
     from harl.graph.rules.nchwc import channel_block, to_nchwc
 
     block = channel_block(target) if config.conv_layout == "nchwc" else None
-    if block is None:
-        return mod
-    blocked = to_nchwc(mod, block)
-    if same_graph(blocked, mod):
+    blocked = mod if block is None else to_nchwc(mod, block)
+    if blocked is mod or same_graph(blocked, mod):
+        if config.method == "off":  # one an earlier run in the work dir saved is not this run's
+            (Path(work_dir) / REWRITTEN_FILE).unlink(missing_ok=True)
         return mod
     write_graph(work_dir, blocked)
     logger.info(f"harl: graph: convs computed in NCHW{block}c ({REWRITTEN_FILE})")
