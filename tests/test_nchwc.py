@@ -1,5 +1,5 @@
 """Convs in blocked channel layouts (harl.graph.rules.nchwc): the layout carried from conv to
-conv, outputs as onnxruntime's, and a run with `[graph] conv_layout = "nchwc"` end to end."""
+conv, outputs as onnxruntime's, and a run (blocked by default on a CPU) end to end."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from harl.frontend.onnx_model import import_model, load_onnx
 from harl.graph.config import GraphConfig
-from harl.graph.pipeline import REWRITTEN_FILE
+from harl.graph.pipeline import REWRITTEN_FILE, laid_out
 from harl.graph.rules.nchwc import ConvertLayoutNCHWc, channel_block, to_nchwc
 from harl.target import parse_target
 
@@ -107,15 +107,28 @@ def test_an_unknown_layout_is_refused():
         GraphConfig(conv_layout="nhwc")
 
 
-def test_run_tunes_the_blocked_graph_and_plain_tvm_rebuilds_it(tmp_path):
+def test_a_run_lays_out_its_graph_as_configured(cnn, tmp_path):
+    import tvm
+
+    _, mod = cnn
+    stale = tmp_path / REWRITTEN_FILE
+    stale.write_text("an earlier run's graph")
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    assert laid_out(mod, target, GraphConfig(conv_layout="imported"), tmp_path) is mod
+    assert not stale.exists()
+    blocked = laid_out(mod, target, GraphConfig(), tmp_path)  # nchwc by default
+    assert _op_count(blocked, "relax.nn.conv2d") == 1
+    assert tvm_ffi.structural_equal(tvm.ir.load_json(stale.read_text()), blocked)
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+    assert laid_out(mod, cuda, GraphConfig(), tmp_path) is mod
+
+
+def test_a_run_tunes_the_blocked_graph_by_default_and_plain_tvm_rebuilds_it(tmp_path):
     import tvm
 
     model = small_cnn(tmp_path / "small_cnn.onnx")
-    config = tmp_path / "nchwc.toml"
-    config.write_text('[graph]\nconv_layout = "nchwc"\n')
     work_dir = tmp_path / "run"
-    run = harl_tune(model, "--config", config, "--trials", 6, "--work-dir", work_dir,
-                    "--quiet")
+    run = harl_tune(model, "--trials", 6, "--work-dir", work_dir, "--quiet")
     assert run.returncode == 0, run.stderr
     report = json.loads((work_dir / "report.json").read_text())
     assert report["verified"] is True

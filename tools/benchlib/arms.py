@@ -46,7 +46,7 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("no-prior", "harl", {"cost_prior": False}),
     Arm("prepack", "harl", {"prepack_weights": True}),
     Arm("cold-timing", "harl", {"measure.flush_caches": True}),
-    Arm("nchwc", "harl", {"graph.conv_layout": "nchwc"}),
+    Arm("imported-layout", "harl", {"graph.conv_layout": "imported"}),
 )}
 """every arm the bench knows, by name"""
 
