@@ -8,7 +8,13 @@ import json
 import numpy as np
 import pytest
 import tvm_ffi
-from conftest import assert_matches_onnxruntime, assert_plain_tvm_rebuilds, harl_tune, save_model
+from conftest import (
+    assert_matches_onnxruntime,
+    assert_plain_tvm_rebuilds,
+    harl_tune,
+    save_model,
+    three_convs,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 from harl.frontend.onnx_model import import_model, load_onnx
@@ -80,6 +86,14 @@ def test_blocked_graph_computes_what_onnxruntime_does(cnn, block, convs_left):
     assert _op_count(blocked, "relax.layout_transform") == 2
     assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
     assert tvm_ffi.structural_equal(to_nchwc(blocked, block), blocked)  # what a resume redoes
+
+
+def test_a_conv_whose_output_is_the_models_hands_it_out_in_nchw(tmp_path):
+    model = load_onnx(three_convs(tmp_path / "three_convs.onnx"))
+    blocked = to_nchwc(import_model(model)[1], 16)
+    assert _op_count(blocked, "relax.nn.conv2d") == 0
+    assert _op_count(blocked, "relax.layout_transform") == 2
+    assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
 
 
 def test_rule_matches_the_graphs_convs(cnn):

@@ -211,7 +211,8 @@ def _blocker_class():
     @relax.expr_functor.mutator
     class Blocker(relax.PyExprMutator):
         """Visits main's bindings in order. `blocked` maps an original variable computed in
-        NCHWc to that value; its NCHW value is emitted only where an op needs it (`flat`)."""
+        NCHWc to that value; its NCHW value is emitted only where an op needs it (`flat`). A
+        function's output is computed blocked and handed out in NCHW."""
 
         def __init__(self, mod, block: int) -> None:
             super().__init__(mod)
@@ -239,15 +240,19 @@ def _blocker_class():
 
         def visit_var_binding_(self, binding):
             value = binding.value
-            if isinstance(value, relax.Var) and value in self.blocked:  # an alias
+            inner = isinstance(binding.var, relax.DataflowVar)  # not an output of the function
+            if inner and isinstance(value, relax.Var) and value in self.blocked:  # an alias
                 self.blocked[binding.var] = self.blocked[value]
                 return
-            if isinstance(value, relax.Call):
-                blocked = self.blocked_call(value)
-                if blocked is not None:
-                    self.blocked[binding.var] = self.builder_.emit(
-                        blocked, name_hint=f"{binding.var.name}_nchwc")
+            blocked = self.blocked_call(value) if isinstance(value, relax.Call) else None
+            if blocked is not None:
+                twin = self.builder_.emit(blocked, name_hint=f"{binding.var.name}_nchwc")
+                if inner:
+                    self.blocked[binding.var] = twin
                     return
+                value = relax.op.layout_transform(twin, _unblock_map(shape_of(twin)[4]))
+                super().visit_var_binding_(relax.VarBinding(binding.var, value))
+                return
             for var in relax.analysis.free_vars(value):
                 self.nchw(var)
             super().visit_var_binding_(binding)
