@@ -46,22 +46,31 @@ def channel_block(target) -> int | None:
     return None
 
 
+def _padded(data, kernel_hw, strides, padding, dilation):
+    """NCHW{b}c `data` padded (top, left, bottom, right) and the conv's output height and
+    width."""
+    from tvm import topi
+
+    height, width = (int(d) for d in data.shape[2:4])
+    top, left, bottom, right = padding
+    out_h = (height + top + bottom - (kernel_hw[0] - 1) * dilation[0] - 1) // strides[0] + 1
+    out_w = (width + left + right - (kernel_hw[1] - 1) * dilation[1] - 1) // strides[1] + 1
+    if not any(padding):
+        return data, out_h, out_w
+    return (topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp"),
+            out_h, out_w)
+
+
 def conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     """TE compute of an ungrouped 2-D conv on NCHW{bi}c data and (O/bo, I/bi, H, W, bi, bo)
     weights; the input channels are reduced as (block, lane), so a schedule can tile both."""
-    from tvm import te, topi
+    from tvm import te
 
-    batch, _, height, width, _ = (int(d) for d in data.shape)
+    batch = int(data.shape[0])
     out_blocks, in_blocks, kernel_h, kernel_w, in_lanes, out_lanes = (
         int(d) for d in kernel.shape)
     (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
-    top, left, bottom, right = padding
-    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
-    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
-    padded = data
-    if any(padding):
-        padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0],
-                             name="pad_temp")
+    padded, out_h, out_w = _padded(data, (kernel_h, kernel_w), strides, padding, dilation)
     rc = te.reduce_axis((0, in_blocks), name="rc")
     ry = te.reduce_axis((0, kernel_h), name="ry")
     rx = te.reduce_axis((0, kernel_w), name="rx")
@@ -79,18 +88,12 @@ def conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
 def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
     """TE compute of a depthwise 2-D conv (one filter per channel) on NCHW{b}c data and
     (C/b, H, W, b) weights."""
-    from tvm import te, topi
+    from tvm import te
 
-    batch, blocks, height, width, lanes = (int(d) for d in data.shape)
+    batch, blocks, _, _, lanes = (int(d) for d in data.shape)
     _, kernel_h, kernel_w, _ = (int(d) for d in kernel.shape)
     (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
-    top, left, bottom, right = padding
-    out_h = (height + top + bottom - (kernel_h - 1) * dilation_h - 1) // stride_h + 1
-    out_w = (width + left + right - (kernel_w - 1) * dilation_w - 1) // stride_w + 1
-    padded = data
-    if any(padding):
-        padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0],
-                             name="pad_temp")
+    padded, out_h, out_w = _padded(data, (kernel_h, kernel_w), strides, padding, dilation)
     ry = te.reduce_axis((0, kernel_h), name="ry")
     rx = te.reduce_axis((0, kernel_w), name="rx")
     return te.compute(
