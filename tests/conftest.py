@@ -85,6 +85,12 @@ def matmul_module(n: int = 32):
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+def op_count(mod, name: str) -> int:
+    """How many bindings of `mod`'s main call the Relax op `name`."""
+    return sum(1 for block in mod["main"].body.blocks for b in block.bindings
+               if getattr(getattr(b.value, "op", None), "name", None) == name)
+
+
 def global_average_pool():
     """SqueezeNet's `mean` task: a sum over 13x13, then a divide (rfactor sketches)."""
     x = te.placeholder((1, 1000, 13, 13), name="x")

@@ -12,6 +12,7 @@ from conftest import (
     assert_matches_onnxruntime,
     assert_plain_tvm_rebuilds,
     harl_tune,
+    op_count,
     save_model,
     three_convs,
 )
@@ -65,11 +66,6 @@ def small_cnn(path):
                       weights + bounds)
 
 
-def _op_count(mod, name: str) -> int:
-    return sum(getattr(getattr(b.value, "op", None), "name", None) == name
-               for block in mod["main"].body.blocks for b in block.bindings)
-
-
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory):
     model = load_onnx(small_cnn(tmp_path_factory.mktemp("nchwc") / "small_cnn.onnx"))
@@ -80,10 +76,10 @@ def cnn(tmp_path_factory):
 def test_blocked_graph_computes_what_onnxruntime_does(cnn, block, convs_left):
     model, mod = cnn
     blocked = to_nchwc(mod, block)
-    assert _op_count(blocked, "relax.nn.conv2d") == convs_left  # the 8-channel conv at 16
+    assert op_count(blocked, "relax.nn.conv2d") == convs_left  # the 8-channel conv at 16
     # Into the blocks at the stem, out of them after the global pool (at 16 lanes: before the
     # 8-channel conv), nowhere else.
-    assert _op_count(blocked, "relax.layout_transform") == 2
+    assert op_count(blocked, "relax.layout_transform") == 2
     assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
     assert tvm_ffi.structural_equal(to_nchwc(blocked, block), blocked)  # what a resume redoes
 
@@ -91,8 +87,8 @@ def test_blocked_graph_computes_what_onnxruntime_does(cnn, block, convs_left):
 def test_a_conv_whose_output_is_the_models_hands_it_out_in_nchw(tmp_path):
     model = load_onnx(three_convs(tmp_path / "three_convs.onnx"))
     blocked = to_nchwc(import_model(model)[1], 16)
-    assert _op_count(blocked, "relax.nn.conv2d") == 0
-    assert _op_count(blocked, "relax.layout_transform") == 2
+    assert op_count(blocked, "relax.nn.conv2d") == 0
+    assert op_count(blocked, "relax.layout_transform") == 2
     assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
 
 
@@ -100,7 +96,7 @@ def test_rule_matches_the_graphs_convs(cnn):
     _, mod = cnn
     (match,) = ConvertLayoutNCHWc(block=8).matches(mod)
     assert len(match.vars) == 4  # the ungrouped convs
-    assert _op_count(ConvertLayoutNCHWc(block=8).apply(mod, match), "relax.nn.conv2d") == 0
+    assert op_count(ConvertLayoutNCHWc(block=8).apply(mod, match), "relax.nn.conv2d") == 0
 
 
 def test_block_is_the_targets_float32_lanes():
@@ -131,7 +127,7 @@ def test_a_run_lays_out_its_graph_as_configured(cnn, tmp_path):
     assert laid_out(mod, target, GraphConfig(conv_layout="imported"), tmp_path) is mod
     assert not stale.exists()
     blocked = laid_out(mod, target, GraphConfig(), tmp_path)  # nchwc by default
-    assert _op_count(blocked, "relax.nn.conv2d") == 1
+    assert op_count(blocked, "relax.nn.conv2d") == 1
     assert tvm_ffi.structural_equal(tvm.ir.load_json(stale.read_text()), blocked)
     cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
     assert laid_out(mod, cuda, GraphConfig(), tmp_path) is mod

@@ -30,8 +30,8 @@ class GraphConfig:
     """nchwc | imported: on a CPU, compute 2-D convs (ungrouped and depthwise) in a blocked
     channel layout, NCHW{b}c with b the target's float32 vector lanes, carried from conv to
     conv (harl.graph.rules.nchwc), after the graph search of any method; imported: the layouts
-    as imported (NCHW). CNNs tuned 0.68-0.86x faster blocked at equal trials (docs/
-    experiments.md); a GPU keeps its layouts"""
+    as imported (NCHW). Blocked, CNNs tuned to 0.68-0.86x of NCHW's latency at equal trials
+    (docs/experiments.md); a GPU keeps its layouts"""
     retune_share: float = 0.25
     """the share of the trial budget kept for after the second search, which prices graphs with
     the latencies tuned so far; a changed graph's new tasks are tuned with it"""

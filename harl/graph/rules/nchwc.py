@@ -114,12 +114,19 @@ def to_nchwc(mod, block: int):
     from tvm import relax
 
     source = _without_dropout(mod)
-    blocker = _blocker_class()(source, block)
-    main = relax.analysis.remove_all_unused(blocker.visit_expr(source["main"]))
-    out = blocker.builder_.get()
-    out["main"] = main
+    out = _with_main_mutated(_blocker_class()(source, block), source)
     return unique_names(tvm.transform.Sequential(
         [relax.transform.DeadCodeElimination(["main"]), relax.transform.Normalize()])(out))
+
+
+def _with_main_mutated(mutator, mod):
+    """`mod` with its main rewritten by `mutator` (made on `mod`), unused bindings dropped."""
+    from tvm.relax.analysis import remove_all_unused
+
+    main = remove_all_unused(mutator.visit_expr(mod["main"]))
+    out = mutator.builder_.get()
+    out["main"] = main
+    return out
 
 
 def _without_dropout(mod):
@@ -138,11 +145,7 @@ def _without_dropout(mod):
                 return source.args[0]
             return item
 
-    drop = Drop(mod)
-    main = relax.analysis.remove_all_unused(drop.visit_expr(mod["main"]))
-    out = drop.builder_.get()
-    out["main"] = main
-    return out
+    return _with_main_mutated(Drop(mod), mod)
 
 
 def _op_name(expr) -> str:
@@ -313,11 +316,9 @@ def _blocker_class():
             if groups != 1:
                 return None
             in_c = weight.shape[1]
-            source = self.blocked.get(call.args[0])
-            if source is not None and in_c % shape_of(source)[4] == 0:
-                in_lanes = shape_of(source)[4]
-            else:
-                in_lanes = self.block if in_c % self.block == 0 else in_c
+            source = self.blocked.get(call.args[0])  # its lanes divide in_c: they blocked it
+            in_lanes = (shape_of(source)[4] if source is not None
+                        else self.block if in_c % self.block == 0 else in_c)
             data = self.in_blocks(call.args[0], in_lanes)
             kernel = const(_blocked_weight(weight, in_lanes, self.block), str(weight.dtype))
             return self.builder_.call_te(conv2d_nchwc, data, kernel, *ints, out_dtype,
