@@ -92,6 +92,22 @@ def test_a_conv_whose_output_is_the_models_hands_it_out_in_nchw(tmp_path):
     assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
 
 
+def test_an_input_two_convs_read_is_blocked_once(tmp_path):
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((0.2 * rng.standard_normal((16, 16, 3, 3)))
+                                       .astype(np.float32), name) for name in ("w0", "w1")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w1"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["a", "b"], ["y"])]
+    model = load_onnx(save_model(
+        tmp_path / "two_readers.onnx", nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], weights))
+    blocked = to_nchwc(import_model(model)[1], 16)
+    assert op_count(blocked, "relax.layout_transform") == 2  # the input in, the sum out
+    assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
+
+
 def test_rule_matches_the_graphs_convs(cnn):
     _, mod = cnn
     (match,) = ConvertLayoutNCHWc(block=8).matches(mod)

@@ -225,6 +225,7 @@ def _blocker_class():
             self.block = block
             self.blocked: dict = {}
             self.flat: set = set()
+            self.reblocked: dict = {}  # (var, lanes) -> its transform into blocks, made once
 
         def nchw(self, var) -> None:
             """Emit `var`'s NCHW value from its blocked one, once, and map `var` to it."""
@@ -236,13 +237,16 @@ def _blocker_class():
                 self.flat.add(var)
 
         def in_blocks(self, var, lanes: int):
-            """`var` in NCHW{lanes}c: its blocked value, or a transform of its NCHW one."""
+            """`var` in NCHW{lanes}c: its blocked value, or a transform of its NCHW one (made
+            once, however many ops read it)."""
             found = self.blocked.get(var)
             if found is not None and shape_of(found)[4] == lanes:
                 return found
-            self.nchw(var)
-            return self.builder_.emit(relax.op.layout_transform(
-                self.visit_expr(var), _block_map(lanes)), name_hint=f"{var.name}_nchwc")
+            if (var, lanes) not in self.reblocked:
+                self.nchw(var)
+                self.reblocked[var, lanes] = self.builder_.emit(relax.op.layout_transform(
+                    self.visit_expr(var), _block_map(lanes)), name_hint=f"{var.name}_nchwc")
+            return self.reblocked[var, lanes]
 
         def visit_var_binding_(self, binding):
             value = binding.value
