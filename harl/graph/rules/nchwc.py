@@ -11,10 +11,17 @@ model_rewritten.json)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from harl.graph.rule import Graph, Match, Rule, const, const_value, shape_of, unique_names
 from harl.graph.rules.conv import plain_conv
+from harl.graph.rules.nchwc_compute import (
+    block_map,
+    blocked_depthwise_weight,
+    blocked_weight,
+    conv2d_nchwc,
+    depthwise_conv2d_nchwc,
+    per_channel,
+    unblock_map,
+)
 
 LAYOUTS = ("imported", "nchwc")
 """`[graph] conv_layout` values: the imported graph's layouts, or blocked channels"""
@@ -44,65 +51,6 @@ def channel_block(target) -> int | None:
         except Exception:  # noqa: BLE001,S112  (a feature LLVM lacks for this architecture)
             continue
     return None
-
-
-def _padded(data, kernel_hw, strides, padding, dilation):
-    """NCHW{b}c `data` padded (top, left, bottom, right) and the conv's output height and
-    width."""
-    from tvm import topi
-
-    height, width = (int(d) for d in data.shape[2:4])
-    top, left, bottom, right = padding
-    out_h = (height + top + bottom - (kernel_hw[0] - 1) * dilation[0] - 1) // strides[0] + 1
-    out_w = (width + left + right - (kernel_hw[1] - 1) * dilation[1] - 1) // strides[1] + 1
-    if not any(padding):
-        return data, out_h, out_w
-    return (topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp"),
-            out_h, out_w)
-
-
-def conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
-    """TE compute of an ungrouped 2-D conv on NCHW{bi}c data and (O/bo, I/bi, H, W, bi, bo)
-    weights; the input channels are reduced as (block, lane), so a schedule can tile both."""
-    from tvm import te
-
-    batch = int(data.shape[0])
-    out_blocks, in_blocks, kernel_h, kernel_w, in_lanes, out_lanes = (
-        int(d) for d in kernel.shape)
-    (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
-    padded, out_h, out_w = _padded(data, (kernel_h, kernel_w), strides, padding, dilation)
-    rc = te.reduce_axis((0, in_blocks), name="rc")
-    ry = te.reduce_axis((0, kernel_h), name="ry")
-    rx = te.reduce_axis((0, kernel_w), name="rx")
-    rb = te.reduce_axis((0, in_lanes), name="rb")
-    return te.compute(
-        (batch, out_blocks, out_h, out_w, out_lanes),
-        lambda n, c, y, x, b: te.sum(
-            padded[n, rc, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w,
-                   rb].astype(out_dtype)
-            * kernel[c, rc, ry, rx, rb, b].astype(out_dtype),
-            axis=[rc, ry, rx, rb]),
-        name="conv2d_NCHWc")
-
-
-def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
-    """TE compute of a depthwise 2-D conv (one filter per channel) on NCHW{b}c data and
-    (C/b, H, W, b) weights."""
-    from tvm import te
-
-    batch, blocks, _, _, lanes = (int(d) for d in data.shape)
-    _, kernel_h, kernel_w, _ = (int(d) for d in kernel.shape)
-    (stride_h, stride_w), (dilation_h, dilation_w) = strides, dilation
-    padded, out_h, out_w = _padded(data, (kernel_h, kernel_w), strides, padding, dilation)
-    ry = te.reduce_axis((0, kernel_h), name="ry")
-    rx = te.reduce_axis((0, kernel_w), name="rx")
-    return te.compute(
-        (batch, blocks, out_h, out_w, lanes),
-        lambda n, c, y, x, b: te.sum(
-            padded[n, c, y * stride_h + ry * dilation_h, x * stride_w + rx * dilation_w,
-                   b].astype(out_dtype) * kernel[c, ry, rx, b].astype(out_dtype),
-            axis=[ry, rx]),
-        name="depthwise_conv2d_NCHWc")
 
 
 def to_nchwc(mod, block: int):
@@ -155,43 +103,6 @@ def _op_name(expr) -> str:
     return op.name if isinstance(op, tvm.ir.Op) else ""
 
 
-def _block_map(lanes: int):
-    """NCHW -> NCHW{lanes}c."""
-    from tvm import tirx
-
-    return tirx.IndexMap.from_func(lambda n, c, y, x: (n, c // lanes, y, x, c % lanes))
-
-
-def _unblock_map(lanes: int):
-    """NCHW{lanes}c -> NCHW."""
-    from tvm import tirx
-
-    return tirx.IndexMap.from_func(lambda n, c, y, x, b: (n, c * lanes + b, y, x))
-
-
-def _blocked_weight(weight: np.ndarray, in_lanes: int, out_lanes: int) -> np.ndarray:
-    """OIHW -> (O/bo, I/bi, H, W, bi, bo)."""
-    out_c, in_c, kh, kw = weight.shape
-    return (weight.reshape(out_c // out_lanes, out_lanes, in_c // in_lanes, in_lanes, kh, kw)
-            .transpose(0, 2, 4, 5, 3, 1))
-
-
-def _blocked_depthwise_weight(weight: np.ndarray, lanes: int) -> np.ndarray:
-    """(C, 1, H, W) -> (C/b, H, W, b)."""
-    channels, _, kh, kw = weight.shape
-    return weight.reshape(channels // lanes, lanes, kh, kw).transpose(0, 2, 3, 1)
-
-
-def _per_channel(value: np.ndarray, channels: int, lanes: int) -> np.ndarray | None:
-    """A constant broadcast over an NCHW tensor of `channels`, as NCHW{lanes}c: a scalar as it
-    is, (C,1,1) and (1,C,1,1) blocked; None for any other shape."""
-    if value.size == 1:
-        return value.reshape(())
-    if tuple(value.shape) in ((channels, 1, 1), (1, channels, 1, 1)):
-        return value.reshape(1, channels // lanes, lanes, 1, 1).transpose(0, 1, 3, 4, 2)
-    return None
-
-
 def _topi_binary_of(func):
     """relax.op.maximum or minimum where `func` is TOPI's maximum or minimum of a tensor and a
     scalar tensor (how TVM's importer writes Clip), else None."""
@@ -232,7 +143,7 @@ def _blocker_class():
             if var in self.blocked and var not in self.flat:
                 lanes = shape_of(self.blocked[var])[4]
                 value = self.builder_.emit(relax.op.layout_transform(
-                    self.blocked[var], _unblock_map(lanes)), name_hint=var.name)
+                    self.blocked[var], unblock_map(lanes)), name_hint=var.name)
                 self.set_var_remap(var, value)
                 self.flat.add(var)
 
@@ -245,7 +156,7 @@ def _blocker_class():
             if (var, lanes) not in self.reblocked:
                 self.nchw(var)
                 self.reblocked[var, lanes] = self.builder_.emit(relax.op.layout_transform(
-                    self.visit_expr(var), _block_map(lanes)), name_hint=f"{var.name}_nchwc")
+                    self.visit_expr(var), block_map(lanes)), name_hint=f"{var.name}_nchwc")
             return self.reblocked[var, lanes]
 
         def visit_var_binding_(self, binding):
@@ -260,7 +171,7 @@ def _blocker_class():
                 if inner:
                     self.blocked[binding.var] = twin
                     return
-                value = relax.op.layout_transform(twin, _unblock_map(shape_of(twin)[4]))
+                value = relax.op.layout_transform(twin, unblock_map(shape_of(twin)[4]))
                 super().visit_var_binding_(relax.VarBinding(binding.var, value))
                 return
             for var in relax.analysis.free_vars(value):
@@ -314,7 +225,7 @@ def _blocker_class():
             out_dtype, groups = str(call.ty.dtype), int(attrs.groups)
             if groups == weight.shape[0] == shape_of(call.args[0])[1] and weight.shape[1] == 1:
                 data = self.in_blocks(call.args[0], self.block)
-                kernel = const(_blocked_depthwise_weight(weight, self.block), str(weight.dtype))
+                kernel = const(blocked_depthwise_weight(weight, self.block), str(weight.dtype))
                 return self.builder_.call_te(depthwise_conv2d_nchwc, data, kernel, *ints,
                                              out_dtype, primfunc_name_hint="dwconv2d_nchwc")
             if groups != 1:
@@ -324,7 +235,7 @@ def _blocker_class():
             in_lanes = (shape_of(source)[4] if source is not None
                         else self.block if in_c % self.block == 0 else in_c)
             data = self.in_blocks(call.args[0], in_lanes)
-            kernel = const(_blocked_weight(weight, in_lanes, self.block), str(weight.dtype))
+            kernel = const(blocked_weight(weight, in_lanes, self.block), str(weight.dtype))
             return self.builder_.call_te(conv2d_nchwc, data, kernel, *ints, out_dtype,
                                          primfunc_name_hint="conv2d_nchwc")
 
@@ -341,7 +252,7 @@ def _blocker_class():
                 if value is not None and shape_of(value)[4] == lanes:
                     new.append(value)
                 elif constant is not None:
-                    packed = _per_channel(constant, shape[1], lanes)
+                    packed = per_channel(constant, shape[1], lanes)
                     if packed is None:
                         return None
                     new.append(const(packed, str(constant.dtype)))
