@@ -18,9 +18,10 @@ from conftest import (
 )
 from onnx import TensorProto, helper, numpy_helper
 
+from harl.config import VerifyConfig
 from harl.frontend.onnx_model import import_model, load_onnx
 from harl.graph.config import GraphConfig
-from harl.graph.pipeline import REWRITTEN_FILE, laid_out
+from harl.graph.pipeline import REWRITTEN_FILE, GraphStage, laid_out, same_graph
 from harl.graph.rules.nchwc import ConvertLayoutNCHWc, channel_block, to_nchwc
 from harl.target import parse_target
 
@@ -147,6 +148,31 @@ def test_a_run_lays_out_its_graph_as_configured(cnn, tmp_path):
     assert tvm_ffi.structural_equal(tvm.ir.load_json(stale.read_text()), blocked)
     cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
     assert laid_out(mod, cuda, GraphConfig(), tmp_path) is mod
+
+
+def test_the_graph_search_prices_graphs_as_the_run_compiles_them(cnn, tmp_path, monkeypatch):
+    """Both searches cost each candidate after the conv layout pass, the tuned tasks' layout,
+    and the second keeps the blocked graph being tuned when it finds the same graph."""
+    import tvm
+
+    model, mod = cnn
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    priced = []
+
+    class Flat:  # every graph costs the same: no rewrite pays
+        def estimate(self, graph):
+            priced.append(graph)
+            return type("Cost", (), {"total_ms": 1.0})()
+
+    monkeypatch.setattr(GraphStage, "_cost_model", lambda self, own_model: Flat())
+    config = GraphConfig(method="greedy", greedy_max_evals=4)
+    stage = GraphStage(config, work_dir=tmp_path, target=target, model=model,
+                       verify=VerifyConfig(), seed=0, prepack_weights=False)
+    current = laid_out(stage.first(mod), target, config, tmp_path)
+    assert stage.second(mod, current) is current
+    assert stage.entry["changed_by_second_search"] is False
+    assert len(priced) > 2
+    assert all(same_graph(to_nchwc(graph, 16), graph) for graph in priced)
 
 
 def test_a_run_tunes_the_blocked_graph_by_default_and_plain_tvm_rebuilds_it(tmp_path):

@@ -40,19 +40,28 @@ def write_graph(work_dir: Path, mod) -> None:
     part.replace(Path(work_dir) / REWRITTEN_FILE)
 
 
-def laid_out(mod, target, config: GraphConfig, work_dir: Path):
-    """`mod` with its convs in `config.conv_layout` (harl.graph.rules.nchwc), saved as the
-    graph the run tunes where that changed it; `mod` itself on a GPU or with "imported"."""
+def conv_layout_pass(target, config: GraphConfig):
+    """The pass that puts a graph's convs in `config.conv_layout` (harl.graph.rules.nchwc) on
+    `target`, or None where it keeps them as they are (a GPU, or "imported")."""
     from harl.graph.rules.nchwc import channel_block, to_nchwc
 
     block = channel_block(target) if config.conv_layout == "nchwc" else None
-    blocked = mod if block is None else to_nchwc(mod, block)
+    return None if block is None else lambda mod: to_nchwc(mod, block)
+
+
+def laid_out(mod, target, config: GraphConfig, work_dir: Path):
+    """`mod` with its convs in `config.conv_layout`, saved as the graph the run tunes where
+    that changed it; `mod` itself on a GPU or with "imported"."""
+    from harl.graph.rules.nchwc import channel_block
+
+    layout = conv_layout_pass(target, config)
+    blocked = mod if layout is None else layout(mod)
     if blocked is mod or same_graph(blocked, mod):
         if config.method == "off":  # one an earlier run in the work dir saved is not this run's
             (Path(work_dir) / REWRITTEN_FILE).unlink(missing_ok=True)
         return mod
     write_graph(work_dir, blocked)
-    logger.info(f"harl: graph: convs computed in NCHW{block}c ({REWRITTEN_FILE})")
+    logger.info(f"harl: graph: convs computed in NCHW{channel_block(target)}c ({REWRITTEN_FILE})")
     return blocked
 
 
@@ -113,7 +122,8 @@ class GraphStage:
 
     def second(self, original, current):
         """The graph for the rest of the trials: the search again, priced with the tuned
-        latencies; `current` where it finds nothing cheaper (or on a resume past it)."""
+        latencies; `current` (the graph being tuned, after the conv layout pass) where it finds
+        nothing cheaper (or on a resume past it)."""
         if self.entry.get("stage") == "final":
             return current
         chosen, second = current, {}
@@ -121,7 +131,7 @@ class GraphStage:
             cost_model = self._cost_model(own_model=self.config.cost_samples > 0)
             found, second = self._search(original, cost_model)
             second["estimated_ms_current"] = cost_model.estimate(current).total_ms
-            if (not same_graph(found, current)
+            if (not same_graph(self._compiled(found), current)
                     and second["estimated_ms_after"]
                     < second["estimated_ms_current"] * (1.0 - self.config.switch_gain)):
                 chosen = self._checked(original, found, "second ") or current
@@ -143,6 +153,12 @@ class GraphStage:
                        if changed else ": the graph being tuned stands"))
         return chosen
 
+    def _compiled(self, mod):
+        """`mod` as the run compiles it: after the conv layout pass, so that a graph is priced
+        on the tasks that are tuned (and a blocked graph, the pass being idempotent, as is)."""
+        layout = conv_layout_pass(self.target, self.config)
+        return mod if layout is None else layout(mod)
+
     def _cost_model(self, *, own_model: bool):
         from harl.database import RECORD_FILE
         from harl.graph.cost import GraphCostModel
@@ -162,7 +178,7 @@ class GraphStage:
         from harl.graph.search.rl import rl_search
 
         def cost(graph) -> float:
-            return cost_model.estimate(graph).total_ms
+            return cost_model.estimate(self._compiled(graph)).total_ms
 
         if self.config.method == "greedy":
             result = greedy(mod, cost, max_evals=self.config.greedy_max_evals)
