@@ -175,6 +175,31 @@ def test_the_graph_search_prices_graphs_as_the_run_compiles_them(cnn, tmp_path, 
     assert all(same_graph(to_nchwc(graph, 16), graph) for graph in priced)
 
 
+@pytest.mark.parametrize("layout", ["nchwc", "imported"])
+def test_the_searches_choose_conv_layouts_only_where_no_pass_blocks_them(cnn, tmp_path, layout,
+                                                                         monkeypatch):
+    import tvm
+
+    from harl.graph.search.greedy import greedy
+
+    seen = []
+
+    def recording(mod, cost, *, rules, max_evals):
+        seen.extend(rule.name for rule in rules)
+        return greedy(mod, cost, rules=rules, max_evals=1)
+
+    monkeypatch.setattr("harl.graph.search.greedy.greedy", recording)
+    monkeypatch.setattr(GraphStage, "_cost_model", lambda self, own_model: type(
+        "Flat", (), {"estimate": lambda self, graph: type("Cost", (), {"total_ms": 1.0})()})())
+    model, mod = cnn
+    config = GraphConfig(method="greedy", conv_layout=layout)
+    GraphStage(config, work_dir=tmp_path, target=tvm.target.Target(
+        {"kind": "llvm", "mcpu": "skylake-avx512"}), model=model, verify=VerifyConfig(), seed=0,
+        prepack_weights=False).first(mod)
+    assert "merge_parallel_conv" in seen
+    assert ("conv_nhwc" in seen) == (layout == "imported")
+
+
 def test_a_run_tunes_the_blocked_graph_by_default_and_plain_tvm_rebuilds_it(tmp_path):
     import tvm
 

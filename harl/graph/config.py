@@ -31,7 +31,8 @@ class GraphConfig:
     channel layout, NCHW{b}c with b the target's float32 vector lanes, carried from conv to
     conv (harl.graph.rules.nchwc), after the graph search of any method; imported: the layouts
     as imported (NCHW). Blocked, CNNs tuned to 0.68-0.86x of NCHW's latency at equal trials
-    (docs/experiments.md); a GPU keeps its layouts"""
+    (docs/experiments.md); a GPU keeps its layouts. With nchwc the graph searches leave out
+    the NHWC layout rules (harl.graph.rules.LAYOUT_RULES)"""
     retune_share: float = 0.25
     """the share of the trial budget kept for after the second search, which prices graphs with
     the latencies tuned so far; a changed graph's new tasks are tuned with it"""

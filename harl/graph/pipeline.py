@@ -173,6 +173,7 @@ class GraphStage:
                               prepack_weights=self.prepack_weights)
 
     def _search(self, mod, cost_model) -> tuple[object, dict]:
+        from harl.graph.rules import search_rules
         from harl.graph.search.eqsat import eqsat
         from harl.graph.search.greedy import greedy
         from harl.graph.search.rl import rl_search
@@ -180,14 +181,17 @@ class GraphStage:
         def cost(graph) -> float:
             return cost_model.estimate(self._compiled(graph)).total_ms
 
+        rules = search_rules(
+            blocked_convs=conv_layout_pass(self.target, self.config) is not None)
+
         if self.config.method == "greedy":
-            result = greedy(mod, cost, max_evals=self.config.greedy_max_evals)
+            result = greedy(mod, cost, rules=rules, max_evals=self.config.greedy_max_evals)
             return result.mod, {
                 "applied": list(result.applied), "estimated_ms_before": result.trace[0],
                 "estimated_ms_after": result.cost, "graphs_costed": result.evals,
                 "search_seconds": round(result.seconds, 2)}
         if self.config.method == "rl":
-            result = rl_search(mod, cost, config=self.config.rl)
+            result = rl_search(mod, cost, config=self.config.rl, rules=rules)
             return result.mod, {
                 "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
                 "estimated_ms_after": result.cost, "graphs_costed": result.evals,
@@ -195,7 +199,7 @@ class GraphStage:
                 "rl_episodes": result.episodes, "rl_updates": result.updates,
                 "rl_ppo": {k: round(v, 6) for k, v in result.metrics.items()
                            if math.isfinite(v)}}
-        result = eqsat(mod, cost, config=self.config.eqsat)
+        result = eqsat(mod, cost, config=self.config.eqsat, rules=rules)
         return result.mod, {
             "applied": list(result.applied) if result.source != "original" else [],
             "estimated_ms_before": result.initial_cost, "estimated_ms_after": result.cost,

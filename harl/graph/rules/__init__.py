@@ -31,6 +31,16 @@ ALL_RULES: tuple[Rule, ...] = (
 )
 """one instance of each rule, in a fixed order (a search's action space)"""
 
+LAYOUT_RULES = frozenset({ConvToNHWC.name, ConvertLayoutNHWC.name})
+"""rules that choose a conv's layout: left out where the blocked layout pass places every conv
+(an NHWC conv among blocked ones only adds transposes around it)"""
+
+
+def search_rules(*, blocked_convs: bool) -> tuple[Rule, ...]:
+    """The rules a graph search applies: all of them, less LAYOUT_RULES with `blocked_convs`."""
+    return tuple(rule for rule in ALL_RULES
+                 if not (blocked_convs and rule.name in LAYOUT_RULES))
+
 
 def rule_by_name(name: str) -> Rule:
     """The rule called `name`; a KeyError lists the known names."""
