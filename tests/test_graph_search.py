@@ -16,7 +16,7 @@ from conftest import BrokenRule, random_relax_inputs, run_relax
 
 from harl.graph.load import relax_of_onnx
 from harl.graph.rules import rule_by_name
-from harl.graph.search.eqsat import EqsatConfig, eqsat
+from harl.graph.search.eqsat import EqsatConfig, eqsat, operator_changes
 from harl.graph.search.extract import (
     dag_cost,
     ilp_extract,
@@ -123,6 +123,15 @@ def test_every_extracted_candidate_computes_the_same_outputs():
     assert found.cost == min(found.candidates.values()) < found.initial_cost
     for name in ("ilp", "tree"):
         _same_outputs(mod, found.candidate_mods[name])
+
+
+def test_an_extracted_graph_is_described_by_its_operator_changes():
+    mod = relax_of_onnx(EXAMPLES / "transformer_block.onnx")
+    merge = rule_by_name("merge_parallel_matmul")
+    merged = merge.apply(mod, merge.matches(mod)[0])
+    assert operator_changes(mod, mod) == "operator counts unchanged"
+    changes = operator_changes(mod, merged)
+    assert "relax.matmul" in changes and "relax.split 0 -> 1" in changes, changes
 
 
 def test_the_e_graph_stops_growing_at_its_node_limit():

@@ -233,6 +233,24 @@ class _Search:
         return found
 
 
+def operator_changes(before, after) -> str:
+    """How `after` differs from `before` in operator counts, e.g. "relax.nn.conv2d 57 -> 51,
+    relax.split 0 -> 6": what an extracted graph that mixes rewrites applied."""
+    from collections import Counter
+
+    from tvm import relax
+
+    from harl.graph.rule import Graph
+
+    def counts(mod) -> Counter:
+        return Counter(b.value.op.name for b in Graph(mod).bindings
+                       if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name"))
+
+    old, new = counts(before), counts(after)
+    changed = sorted(op for op in old.keys() | new.keys() if old[op] != new[op])
+    return ", ".join(f"{op} {old[op]} -> {new[op]}" for op in changed) or "operator counts unchanged"
+
+
 def eqsat(mod, cost: Cost, *, rules: Sequence[Rule] | None = None,
           config: EqsatConfig | None = None) -> EqsatResult:
     """Grow an e-graph of `mod` with MCTS-chosen rewrites, extract, and return the graph of
@@ -257,7 +275,8 @@ def eqsat(mod, cost: Cost, *, rules: Sequence[Rule] | None = None,
         applied = search.best[2]
     return EqsatResult(
         chosen, value, search.initial, source,
-        applied=list(applied) if applied is not None else ["(extracted: a mix of rewrites)"],
+        applied=(list(applied) if applied is not None
+                 else [f"(extracted, a mix of rewrites: {operator_changes(mod, chosen)})"]),
         candidates={k: v[0] for k, v in found.items()},
         candidate_mods={k: v[1] for k, v in found.items()}, enodes=search.enodes,
         eclasses=search.eclasses, graphs=search.graphs, iterations=iterations,
