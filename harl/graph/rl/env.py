@@ -22,6 +22,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from harl.graph.search.common import cheaper
+
 REWARD_SCALE = 100.0
 """X-RLflow's reward: this many times the cost drop relative to the initial cost"""
 
@@ -131,7 +133,7 @@ class GraphRewriteEnv(gym.Env):
                 reward = REWARD_SCALE * (self.current_cost - cost) / self.initial_cost
                 self.graph, self.current_cost = new, cost
                 self.path.append(obs.actions[action].label)
-                if cost < self.best.cost:
+                if cheaper(cost, self.best.cost):
                     self.best = Best(new, cost, tuple(self.path))
             else:
                 self._failed.setdefault(self.graph.key(), set()).add(obs.actions[action])

@@ -13,6 +13,15 @@ log = logging.getLogger(__name__)
 Cost = Callable[[object], float]
 """a graph's estimated latency in ms (lower is better): IRModule -> float"""
 
+MIN_GAIN = 1e-9
+"""the relative drop below which a graph is not cheaper: summing the same tasks' costs in
+another order moves a total by about 1e-16, and a rewrite that buys nothing is not taken"""
+
+
+def cheaper(value: float, than: float, min_gain: float = MIN_GAIN) -> bool:
+    """Whether cost `value` is below `than` by more than `min_gain` of it."""
+    return value < than * (1.0 - min_gain)
+
 
 def actions(mod, rules: Sequence[Rule]) -> list[tuple[Rule, Match]]:
     """Every (rule, match) applicable to `mod`; a rule whose matching fails is skipped with

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo, actions, first_line, try_apply
+from harl.graph.search.common import Cost, CostMemo, actions, cheaper, first_line, try_apply
 from harl.graph.search.extract import ilp_extract_top, read_egraph, tree_extract
 from harl.graph.search.term import TermTable
 
@@ -124,7 +124,7 @@ class _Search:
     def _seen(self, mod, path: list[str]) -> float:
         value = self.memo(mod)
         self.paths.setdefault(self._hash(mod), path)
-        if value < self.best[0]:
+        if cheaper(value, self.best[0]):
             self.best = (value, mod, path)
         return value
 
@@ -248,7 +248,8 @@ def operator_changes(before, after) -> str:
 
     old, new = counts(before), counts(after)
     changed = sorted(op for op in old.keys() | new.keys() if old[op] != new[op])
-    return ", ".join(f"{op} {old[op]} -> {new[op]}" for op in changed) or "operator counts unchanged"
+    described = ", ".join(f"{op} {old[op]} -> {new[op]}" for op in changed)
+    return described or "operator counts unchanged"
 
 
 def eqsat(mod, cost: Cost, *, rules: Sequence[Rule] | None = None,
@@ -269,6 +270,8 @@ def eqsat(mod, cost: Cost, *, rules: Sequence[Rule] | None = None,
     iterations = search.run()
     found = search.extract()
     source = min(found, key=lambda k: (found[k][0], k != "original"))
+    if not cheaper(found[source][0], found["original"][0]):
+        source = "original"  # a tie, to the float's last bits, keeps the graph as it is
     value, chosen = found[source]
     applied = search.paths.get(search._hash(chosen))
     if source == "mcts":

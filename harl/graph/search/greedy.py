@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo, actions, try_apply
+from harl.graph.search.common import MIN_GAIN, Cost, CostMemo, actions, cheaper, try_apply
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class GreedyResult:
 
 
 def greedy(mod, cost: Cost, *, rules: Sequence[Rule] | None = None, max_evals: int = 200,
-           min_gain: float = 1e-9) -> GreedyResult:
+           min_gain: float = MIN_GAIN) -> GreedyResult:
     """Evaluate every match of every rule, apply the best one if it lowers `cost` by more
     than `min_gain` (relative), repeat; stop when none does or after `max_evals` distinct
     graphs have been costed."""
@@ -50,7 +50,7 @@ def greedy(mod, cost: Cost, *, rules: Sequence[Rule] | None = None, max_evals: i
             if new is None:
                 continue
             value = memo(new)
-            if value < current * (1.0 - min_gain) and (best is None or value < best[0]):
+            if cheaper(value, current, min_gain) and (best is None or value < best[0]):
                 best = (value, new, str(match))
         if best is None:
             break
