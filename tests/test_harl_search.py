@@ -534,6 +534,11 @@ def test_resumed_search_starts_from_the_databases_best_records(tmp_path):
     resumed.pre_tuning(8, 8, spaces, open_database(tmp_path), None)
     elites = sorted(lat for sketch in resumed.sketches for lat, _ in sketch.elites)
     assert math.isclose(elites[0], min(latencies)) and math.isclose(resumed.best_s, elites[0])
+    # The sketch chooser knows which sketches were tried: it does not start them over.
+    per_sketch = np.bincount([sketch_id for sketch_id, _, _ in first.pending],
+                             minlength=len(first.sketches))
+    assert resumed.chooser.trials.tolist() == per_sketch.tolist()
+    assert math.isclose(resumed.chooser.best_s.min(), min(latencies))
     # The seeded states reproduce the records' programs, which are not measured again.
     recorded = {tvm_ffi.structural_hash(c.sch.mod) for c in candidates}
     assert recorded <= resumed.measured

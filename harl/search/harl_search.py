@@ -92,12 +92,15 @@ class HarlSearchStrategy(PySearchStrategy):
 
     def _seed_elites(self, database) -> None:
         """On resume, each sketch's elites are the database's best records of this workload
-        (see `stored_elites`), and none of them is measured again."""
+        (see `stored_elites`), and none of them is measured again; the sketch chooser counts
+        them as its trials, so that it goes on to the sketches the run has not tried yet."""
         limit = 4 * self.config.elites_per_sketch * len(self.sketches)
         stored = stored_elites(database, self.mod, [sketch.trace for sketch in self.sketches],
                                limit)
         for sketch_id, records in stored.items():  # one replay call per sketch: on the threads
             self.best_s = min([self.best_s, *(latency for latency, _ in records)])
+            for latency, _ in records:
+                self.chooser.update(sketch_id, latency)
             states = [state for _, state in records]
             for sch in self.replay.states(self.sketches[sketch_id], states):
                 if sch is not None:  # measured already: not again
