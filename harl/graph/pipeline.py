@@ -93,6 +93,7 @@ class GraphStage:
         self.config, self.work_dir, self.target = config, Path(work_dir), target
         self.prepack_weights = prepack_weights
         self.model, self.verify, self.seed = model, verify, seed
+        self.layout = conv_layout_pass(target, config)  # None: convs keep their layouts
         self.entry: dict = {}
 
     # -- the two searches ---------------------------------------------------------------------
@@ -156,8 +157,7 @@ class GraphStage:
     def _compiled(self, mod):
         """`mod` as the run compiles it: after the conv layout pass, so that a graph is priced
         on the tasks that are tuned (and a blocked graph, the pass being idempotent, as is)."""
-        layout = conv_layout_pass(self.target, self.config)
-        return mod if layout is None else layout(mod)
+        return mod if self.layout is None else self.layout(mod)
 
     def _cost_model(self, *, own_model: bool):
         from harl.database import RECORD_FILE
@@ -181,8 +181,7 @@ class GraphStage:
         def cost(graph) -> float:
             return cost_model.estimate(self._compiled(graph)).total_ms
 
-        rules = search_rules(
-            blocked_convs=conv_layout_pass(self.target, self.config) is not None)
+        rules = search_rules(blocked_convs=self.layout is not None)
 
         if self.config.method == "greedy":
             result = greedy(mod, cost, rules=rules, max_evals=self.config.greedy_max_evals)
