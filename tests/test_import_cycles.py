@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import subprocess
+import sys
 from pathlib import Path
 
 HARL = Path(__file__).resolve().parents[1] / "harl"
@@ -51,3 +53,11 @@ def test_no_import_cycles():
         graphlib.TopologicalSorter(import_graph()).prepare()
     except graphlib.CycleError as err:
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
+
+
+def test_the_command_line_loads_egglog_only_for_an_egraph_search():
+    """`--graph off` (the default) runs where egglog is not installed, and starts faster."""
+    code = "import sys, harl.tune; print('egglog' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=HARL.parent)
+    assert out.stdout.strip() == "False"

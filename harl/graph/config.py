@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from harl.graph.rl.config import RlConfig
 from harl.graph.rules.nchwc import LAYOUTS
-from harl.graph.search.eqsat import EqsatConfig
+from harl.graph.search.eqsat_config import EqsatConfig
 
 METHODS = ("off", "greedy", "eqsat", "rl")
 """graph searches: none, TASO-style greedy, equality saturation + MCTS, a PPO-trained graph
