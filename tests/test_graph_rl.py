@@ -69,6 +69,7 @@ def test_the_reward_is_x_rlflows_and_sums_to_the_relative_drop():
     _, reward, terminated, _, _ = env.step(len(obs.actions))  # stop
     assert terminated and reward == 0.0
     assert env.best.cost == 3.5 and env.best.path == ("split@2", "fuse@2")
+    assert env.best.path_costs[0] > 7 and env.best.path_costs[1] == 3.5  # through a costlier one
 
 
 def _folds_chain():

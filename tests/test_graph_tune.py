@@ -122,6 +122,8 @@ def test_rl_end_to_end(tmp_path, tiny_config):
     assert graph["rl_policy"] == "fresh"
     assert graph["estimated_ms_after"] <= graph["estimated_ms_before"]
     assert graph["rewritten"] == bool(graph["applied"])
+    assert len(graph["rl_path_estimated_ms"]) == len(graph["applied"])
+    assert graph["rl_path_estimated_ms"][-1:] in ([], [graph["estimated_ms_after"]])
     assert (tmp_path / "model_rewritten.json").exists() == graph["rewritten"]
     assert {"losses/approx_kl", "losses/entropy"} <= set(graph["rl_ppo"])
     assert graph["second_search"]["rl_episodes"] == 3

@@ -196,6 +196,7 @@ class GraphStage:
                 "estimated_ms_after": result.cost, "graphs_costed": result.evals,
                 "search_seconds": round(result.seconds, 2), "rl_policy": result.policy,
                 "rl_episodes": result.episodes, "rl_updates": result.updates,
+                "rl_path_estimated_ms": result.path_costs,
                 "rl_ppo": {k: round(v, 6) for k, v in result.metrics.items()
                            if math.isfinite(v)}}
         result = eqsat(mod, cost, config=self.config.eqsat, rules=rules)

@@ -67,6 +67,8 @@ class Best:
     graph: RewriteGraph
     cost: float
     path: tuple[str, ...]
+    path_costs: tuple[float, ...] = ()
+    """the cost after each rewrite of `path`: one above the start's is a detour that paid"""
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class GraphRewriteEnv(gym.Env):
                              f"{self.initial_cost}")
         self.graph, self.current_cost, self.steps = start, self.initial_cost, 0
         self.path: list[str] = []  # the labels of this episode's rewrites
+        self.path_costs: list[float] = []  # the cost after each of them
         self.best = Best(start, self.initial_cost, ())
         self._failed: dict[object, set[Action]] = {}  # graph key -> actions that failed there
         self.failures = 0  # rewrites that failed or gave a graph without a finite cost
@@ -116,7 +119,7 @@ class GraphRewriteEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self.graph, self.current_cost, self.steps = self.start, self.initial_cost, 0
-        self.path = []
+        self.path, self.path_costs = [], []
         return self._observe(), self._info()
 
     def step(self, action: int):
@@ -133,8 +136,9 @@ class GraphRewriteEnv(gym.Env):
                 reward = REWARD_SCALE * (self.current_cost - cost) / self.initial_cost
                 self.graph, self.current_cost = new, cost
                 self.path.append(obs.actions[action].label)
+                self.path_costs.append(cost)
                 if cheaper(cost, self.best.cost):
-                    self.best = Best(new, cost, tuple(self.path))
+                    self.best = Best(new, cost, tuple(self.path), tuple(self.path_costs))
             else:
                 self._failed.setdefault(self.graph.key(), set()).add(obs.actions[action])
                 self.failures += 1

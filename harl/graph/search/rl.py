@@ -42,6 +42,8 @@ class RlResult:
     metrics: dict = field(default_factory=dict)
     """the last PPO update's diagnostics"""
     seconds: float = 0.0
+    path_costs: list[float] = field(default_factory=list)
+    """the cost after each rewrite of `applied`: one above `initial_cost` is a detour"""
 
 
 def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: int,
@@ -104,4 +106,5 @@ def rl_search(mod, cost: Cost, *, config: RlConfig | None = None,
              trainer.updates, best.cost, env.initial_cost, ", ".join(best.path) or "no rewrite")
     return RlResult(best.graph.mod, list(best.path), env.initial_cost, best.cost,
                     evals=memo.evals, episodes=trainer.episodes, updates=trainer.updates,
-                    policy=source, metrics=metrics, seconds=time.perf_counter() - start)
+                    policy=source, metrics=metrics, seconds=time.perf_counter() - start,
+                    path_costs=list(best.path_costs))
