@@ -8,13 +8,12 @@ import time
 import numpy as np
 import tvm_ffi
 from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
 from harl.agents.model_trust import TrustBoard
 from harl.agents.sketch_chooser import SketchChooser
-from harl.agents.tile_policy import FEATURE_DIM, TilePolicy
-from harl.agents.tile_tuner import Evaluation, State, TileTuner
+from harl.agents.tile_policy import TilePolicy
+from harl.agents.tile_tuner import State, TileTuner
 from harl.report.history import trial_latency_s
 from harl.report.metrics import MetricsLogger
 from harl.search.program_scorer import ProgramScorer, batch_trust
@@ -23,6 +22,7 @@ from harl.search.sibling_transfer import SiblingBoard, carried_sibling_state, si
 from harl.search.sketch_outlook import Probe, sketch_outlook
 from harl.search.sketch_replay import SketchReplay
 from harl.search.sketches import Sketch, sketch_traces
+from harl.search.state_scores import Evaluate, measure_candidate, model_scores, random_scores
 from harl.search.stored_elites import stored_elites
 from harl.search.thread_bounds import ThreadBounds
 from harl.search.trace_sites import initial_options, site_of, state_of, tunable_insts
@@ -118,40 +118,12 @@ class HarlSearchStrategy(PySearchStrategy):
 
     # -- candidates -------------------------------------------------------------------------
 
-    def _evaluator(self, sketch_id: int, cache: dict, known: list[Probe] = ()):
-        """Scores of states by the cost model, -inf where illegal. Within one fill the model
-        does not change, so a state the trajectories come back to is scored once, and the
-        `known` probes were scored already this batch."""
-        scores: dict[State, float] = {probe.state: probe.score for probe in known}
-        features: dict[State, np.ndarray] = {probe.state: probe.features for probe in known
-                                             if probe.features is not None}
-
-        def evaluate(states: list[State]) -> Evaluation:
-            distinct = list(dict.fromkeys(states))
-            new = [state for state in distinct if state not in cache]
-            cache.update(zip(new, self.replay.states(self.sketches[sketch_id], new),
-                             strict=True))
-            todo = [state for state in distinct
-                    if state not in scores and cache[state] is not None]
-            if todo:
-                scored = self.scorer(self.context, [self._candidate(cache[s]) for s in todo])
-                for i, state in enumerate(todo):
-                    scores[state] = float(scored.scores[i])
-                    if scored.features is not None:
-                        features[state] = scored.features[i]
-            result = Evaluation(np.full(len(states), -np.inf),
-                                np.zeros((len(states), FEATURE_DIM), dtype=np.float32))
-            for i, state in enumerate(states):
-                if state in scores:
-                    result.scores[i] = scores[state]
-                if state in features:
-                    result.features[i] = features[state]
-            return result
-        return evaluate
-
-    @staticmethod
-    def _candidate(sch) -> MeasureCandidate:
-        return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
+    def _evaluator(self, sketch_id: int, cache: dict, known: list[Probe] = ()) -> Evaluate:
+        """The cost model's scores of the sketch's states (see `model_scores`)."""
+        return model_scores(
+            schedules_of=lambda states: self.replay.states(self.sketches[sketch_id], states),
+            score=lambda candidates: self.scorer(self.context, candidates), cache=cache,
+            known=known)
 
     def _fill_sketch(self, sketch_id: int, count: int,
                      trust: float) -> list[tuple[int, State, object]]:
@@ -189,7 +161,7 @@ class HarlSearchStrategy(PySearchStrategy):
                 sketch.tuner.add_options(site_index, [s[site_index] for s in fresh])
         guided: list[State] = []
         evaluate = (self._evaluator(sketch_id, cache, probes) if learned
-                    else self._random_evaluator(sketch_id, cache))
+                    else random_scores(self._evaluator(sketch_id, cache), self.rng))
         ranked = fresh
         if learned:
             scores = evaluate(fresh).scores
@@ -280,17 +252,6 @@ class HarlSearchStrategy(PySearchStrategy):
         pick = self._measurable(target, carried, self.replay.states(sketch, [carried])[0])
         return [pick] if pick is not None and state_of(pick[2].trace) == carried else []
 
-    def _random_evaluator(self, sketch_id: int, cache: dict):
-        """Random scores for the legal states: trajectories become random mutations."""
-        legal = self._evaluator(sketch_id, cache)
-
-        def evaluate(states: list[State]) -> Evaluation:
-            result = legal(states)  # -inf where illegal; features stay zero (not extracted)
-            alive = np.isfinite(result.scores)
-            result.scores[alive] = self.rng.uniform(size=int(alive.sum()))
-            return result
-        return evaluate
-
     def generate_measure_candidates(self):
         remaining = self.max_trials - self.trials
         if remaining <= 0 or not self.sketches:
@@ -329,7 +290,7 @@ class HarlSearchStrategy(PySearchStrategy):
                              minlength=len(self.sketches)) / len(picks)
         for sketch_id, share in enumerate(shares):
             self.metrics.record(f"sketch/share_{sketch_id}", float(share))
-        candidates = [self._candidate(sch) for _, _, sch in picks]
+        candidates = [measure_candidate(sch) for _, _, sch in picks]
         # What the scores say of the batch, to judge them once measured (see ModelTrust), once
         # the run's model takes part (the prior alone was judged offline, on another scale).
         judged = self.scorer.own_weight(self.mod) > 0
@@ -349,7 +310,7 @@ class HarlSearchStrategy(PySearchStrategy):
             return np.full(len(self.sketches), np.nan)
         outlook, self.probes = sketch_outlook(
             self.sketches, measured, self.chooser.quality(), replay=self.replay,
-            score=lambda schedules: self.scorer(self.context, list(map(self._candidate,
+            score=lambda schedules: self.scorer(self.context, list(map(measure_candidate,
                                                                        schedules))),
             is_measured=lambda sch: tvm_ffi.structural_hash(sch.mod) in self.measured,
             samples=self.config.outlook_samples)
