@@ -272,17 +272,25 @@ def _tasks_of(relax_mod, target, tvm_log: Path, *, prepack_weights: bool):
     return tasks
 
 
+def step_seed(seed: int, done: int) -> int:
+    """The search seed of a tuning step that starts with `done` trials measured: the run's seed
+    for the first step, another for a later one (the graph level's second step, a resume), so
+    that its searches do not draw again the samples the first one drew."""
+    return seed if done == 0 else (seed * 1_000_003 + done) % (2**31 - 1)
+
+
 def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, work_dir: Path,
                config: TuneConfig, batch: int, num_cores: int, cost_prior, clock: StageClock):
     """Tune `tasks` for `trials` more trials (`done` already measured); returns the search plan,
     or None where no trial is left."""
     if trials <= 0:
         return None
-    plan = make_plan(config.strategy, seed=config.seed, num_cores=num_cores, tasks=tasks,
+    seed = step_seed(config.seed, done)
+    plan = make_plan(config.strategy, seed=seed, num_cores=num_cores, tasks=tasks,
                      overlap=config.rpc is not None,  # the farm's futures are pending
                      cost_prior=cost_prior, search=config.search, allocator=config.allocator,
                      nests=config.nests, cost_model=config.cost_model)
-    settings = LoopSettings(trials=trials, trials_per_batch=batch, seed=config.seed,
+    settings = LoopSettings(trials=trials, trials_per_batch=batch, seed=seed,
                             num_cores=num_cores)
     progress = Progress(config.trials, enabled=False if config.quiet else None, done_before=done)
     tune_tasks(tasks, target, plan, work_dir, settings=settings, measure=config.measure,

@@ -142,3 +142,12 @@ def test_claiming_the_work_dir_repairs_history_with_one_warning(tmp_path, harl_m
     assert len(said) == 1 and said[0].startswith("harl: warning: ")
     assert "dropped 1 line of history.csv" in said[0] and ".corrupt-" in said[0]
     assert (tmp_path / "history.csv").read_text() == "time_s,task_id\n1.0,0\n"
+
+
+def test_a_later_tuning_step_is_seeded_apart_from_the_first():
+    """A resume (or the graph level's second step) draws new samples, not the first step's."""
+    from harl.tune import step_seed
+
+    assert step_seed(3, 0) == 3
+    seeds = {step_seed(3, done) for done in (0, 48, 64)} | {step_seed(4, 48)}
+    assert len(seeds) == 4 and all(0 <= seed < 2**31 - 1 for seed in seeds)
