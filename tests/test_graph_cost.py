@@ -89,6 +89,23 @@ def test_measured_task_comes_from_the_database_and_the_rest_is_estimated(target)
     assert model.calibration.slope == 1.0
 
 
+def test_no_estimate_runs_faster_than_the_fastest_measured_task(target):
+    """A padded conv merge adds FLOPs: the estimate of a new task must not make them free."""
+    from harl.frontend.tasks import extract_tasks
+
+    mod = _mlp()
+    small, large = sorted(extract_tasks(mod, target), key=lambda task: task.flop)
+    database = _database_with(small, target, 1.0)  # 1 s: a slow machine
+    floored, free = (GraphCostModel(target, database=database, scorer=CountingScorer(),
+                                    measured_peak_floor=floor) for floor in (True, False))
+    assert floored.peak_gflops == pytest.approx(small.flop / 1e9)
+    floor_ms = large.flop / (floored.peak_gflops * 1e6)
+    estimate = {t.name: t.ms for t in floored.estimate(mod).tasks}[large.name]
+    unfloored = {t.name: t.ms for t in free.estimate(mod).tasks}[large.name]
+    assert unfloored < floor_ms  # the calibrated estimate alone prices it faster ...
+    assert estimate == pytest.approx(floor_ms)  # ... than the machine has run anything
+
+
 def test_estimates_are_cached_by_workload(target):
     scorer = CountingScorer()
     model = GraphCostModel(target, scorer=scorer)

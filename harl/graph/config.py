@@ -41,6 +41,9 @@ class GraphConfig:
     (relative): the trials spent on tasks the new graph drops are lost to it"""
     greedy_max_evals: int = 60
     """greedy: stop after costing this many distinct graphs"""
+    measured_peak_floor: bool = True
+    """an unmeasured task is priced no faster (in FLOP/s) than the fastest task the run has
+    measured (harl.graph.cost.GraphCostModel.peak_gflops)"""
     cost_samples: int = 16
     """random schedules of an unmeasured task the cost model scores to estimate its latency
     (0: the roofline time alone; the second search then skips training a model on the run's

@@ -186,7 +186,8 @@ class GraphCostModel:
     database's records were tuned), so that measured workloads are found."""
 
     def __init__(self, target, *, database=None, scorer=None, samples: int = SAMPLES,
-                 seed: int = 0, prepack_weights: bool | None = None) -> None:
+                 seed: int = 0, prepack_weights: bool | None = None,
+                 measured_peak_floor: bool = True) -> None:
         from harl.frontend.tasks import prepacks_weights
         from harl.tvm_env import load_tensor_intrinsics
 
@@ -201,8 +202,10 @@ class GraphCostModel:
         if prepack_weights is None:
             prepack_weights = bool(self.measured) and prepacks_weights(database)
         self.prepack_weights = prepack_weights
+        self.measured_peak_floor = measured_peak_floor
         self._predicted: dict[str, float] = {}  # workload hash -> raw predicted ms
         self._calibration: Calibration | None = None
+        self._peak_gflops: float | None = None
 
     @classmethod
     def from_work_dir(cls, work_dir: Path, target, *, own_model: bool = True,
@@ -229,6 +232,16 @@ class GraphCostModel:
             self._calibration = Calibration.fit([p for p, _ in pairs], [m for _, m in pairs])
         return self._calibration
 
+    @property
+    def peak_gflops(self) -> float:
+        """The highest FLOP rate of a measured workload (0 where none is measured): with
+        `measured_peak_floor`, no estimated task is priced faster than this, so that a rewrite
+        adding FLOPs (a 1x1 conv padded to 3x3) cannot look free beside measured tasks."""
+        if self._peak_gflops is None:
+            rates = [task_flop(mod) / (ms * 1e6) for ms, mod in self.measured.values() if ms > 0]
+            self._peak_gflops = max(rates, default=0.0)
+        return self._peak_gflops
+
     def predicted_ms(self, key: str, mod, flop: float | None = None) -> float:
         """The cost model's raw prediction for workload `mod` (structural hash `key`): its
         roofline time over the best score of its sampled schedules; cached."""
@@ -251,9 +264,10 @@ class GraphCostModel:
         key = shash2hex(task.mod)
         if key in self.measured:
             return TaskCost(task.name, task.weight, self.measured[key][0], "measured", task.flop)
-        predicted = self.predicted_ms(key, task.mod, task.flop)
-        return TaskCost(task.name, task.weight, self.calibration.ms(predicted), "estimated",
-                        task.flop)
+        estimated = self.calibration.ms(self.predicted_ms(key, task.mod, task.flop))
+        if self.measured_peak_floor and self.peak_gflops > 0:
+            estimated = max(estimated, task.flop / (self.peak_gflops * 1e6))
+        return TaskCost(task.name, task.weight, estimated, "estimated", task.flop)
 
     def estimate_tasks(self, tasks: list[TuningTask]) -> GraphCost:
         costs = tuple(self.task_cost(task) for task in tasks)

@@ -166,9 +166,10 @@ class GraphStage:
         samples = self.config.cost_samples
         records = self.work_dir / RECORD_FILE
         if records.exists() and records.stat().st_size:
-            return GraphCostModel.from_work_dir(self.work_dir, self.target, own_model=own_model,
-                                                samples=samples, seed=self.seed,
-                                                prepack_weights=self.prepack_weights)
+            return GraphCostModel.from_work_dir(
+                self.work_dir, self.target, own_model=own_model, samples=samples, seed=self.seed,
+                prepack_weights=self.prepack_weights,
+                measured_peak_floor=self.config.measured_peak_floor)
         return GraphCostModel(self.target, samples=samples, seed=self.seed,
                               prepack_weights=self.prepack_weights)
 
