@@ -130,7 +130,7 @@ class GraphRewriteEnv(gym.Env):
         self.steps += 1
         reward, stopped = 0.0, action == len(obs.actions)
         if not stopped:
-            new = self._apply(obs.actions[action])
+            new = self.successor(self.graph, obs.actions[action])
             cost = float(self.cost(new)) if new is not None else math.inf
             if math.isfinite(cost):
                 reward = REWARD_SCALE * (self.current_cost - cost) / self.initial_cost
@@ -140,25 +140,35 @@ class GraphRewriteEnv(gym.Env):
                 if cheaper(cost, self.best.cost):
                     self.best = Best(new, cost, tuple(self.path), tuple(self.path_costs))
             else:
-                self._failed.setdefault(self.graph.key(), set()).add(obs.actions[action])
-                self.failures += 1
+                self.mark_failed(self.graph, obs.actions[action])
         obs = self._observe()
         terminated = stopped or not obs.actions
         truncated = not terminated and self.steps >= self.horizon
         return obs, reward, terminated, truncated, self._info()
 
-    def _apply(self, action: Action) -> RewriteGraph | None:
-        """The graph rewritten by `action`, remembered: later episodes replay it for free."""
-        key = (self.graph.key(), action)
+    # --- the graph moves, which cost no estimate (a model-based agent shares them) ---------
+
+    def successor(self, graph: RewriteGraph, action: Action) -> RewriteGraph | None:
+        """`graph` rewritten by `action`, remembered: later episodes replay it for free."""
+        key = (graph.key(), action)
         if key not in self._next:
-            self._next[key] = self.graph.apply(action)
+            self._next[key] = graph.apply(action)
         return self._next[key]
 
+    def mark_failed(self, graph: RewriteGraph, action: Action) -> None:
+        """Mask `action` in `graph` from now on: its rewrite failed or has no finite cost."""
+        self._failed.setdefault(graph.key(), set()).add(action)
+        self.failures += 1
+
+    def observe(self, graph: RewriteGraph) -> Observation:
+        """What the policy reads in `graph`: its features and its legal rewrites."""
+        links, edge_features = graph.edges()
+        failed = self._failed.get(graph.key(), set())
+        legal = tuple(a for a in graph.actions() if a not in failed)[: self.max_actions]
+        return Observation(graph.node_features(), links, edge_features, legal)
+
     def _observe(self) -> Observation:
-        links, edge_features = self.graph.edges()
-        failed = self._failed.get(self.graph.key(), set())
-        legal = tuple(a for a in self.graph.actions() if a not in failed)[: self.max_actions]
-        self._obs = Observation(self.graph.node_features(), links, edge_features, legal)
+        self._obs = self.observe(self.graph)
         return self._obs
 
     def _info(self) -> dict:
