@@ -1,6 +1,6 @@
-"""The graph agent's settings: PPO's hyperparameters and the search's budget (`[graph.rl]` and
-`[graph.rl.ppo]` in a config file). Plain dataclasses, so that reading a config imports no
-torch."""
+"""The graph agents' settings: PPO's hyperparameters and the searches' budgets (`[graph.rl]`,
+`[graph.rl.ppo]`, `[graph.worldmodel]` and its `.model` and `.ppo` in a config file). Plain
+dataclasses, so that reading a config imports no torch."""
 
 from __future__ import annotations
 
@@ -67,3 +67,72 @@ class RlConfig:
     def __post_init__(self) -> None:
         if self.episodes < 0 or self.horizon < 1 or self.max_evals < 1:
             raise ValueError("graph.rl needs episodes >= 0, horizon >= 1 and max_evals >= 1")
+
+
+@dataclass(frozen=True)
+class MdnRnnConfig:
+    """The world model's network (RLFlow's MDN-RNN over a graph encoder's latents) and how it
+    is fitted to logged real transitions."""
+
+    hidden: int = 32
+    """width of the world model's own graph encoder and of its action embedding"""
+    layers: int = 2
+    """message-passing steps of that encoder"""
+    latent: int = 16
+    """size of a graph's latent vector (RLFlow's: 32)"""
+    recurrent: int = 64
+    """size of the GRU's state carried through an episode (RLFlow's LSTM: 256)"""
+    mixtures: int = 4
+    """Gaussians in the mixture over the next graph's latent (RLFlow's: 8)"""
+    min_log_std: float = -3.0
+    """floor of a Gaussian's log standard deviation, so that the likelihood stays bounded"""
+    reward_scale: float = 10.0
+    """the reward head predicts rewards divided by this (X-RLflow's rewards reach tens)"""
+    latent_coef: float = 1.0
+    """weight of the next-latent loss (the negative log-likelihood per latent dim)"""
+    done_coef: float = 1.0
+    """weight of the episode-end loss (binary cross-entropy)"""
+    learning_rate: float = 3e-3
+    """Adam's step size"""
+    epochs: int = 30
+    """passes over all logged real episodes at each refit (the weights are kept between)"""
+    minibatch_episodes: int = 8
+    """episodes per gradient step"""
+    max_grad_norm: float = 1.0
+    """the gradients' norm is clipped to this"""
+
+
+@dataclass(frozen=True)
+class WorldModelConfig:
+    """The world-model graph search (RLFlow): real episodes log transitions and costs, the
+    MDN-RNN is refitted on them, and the controller (the graph policy) is trained by PPO on
+    episodes whose rewards the model predicts; round after round, within a budget of real
+    cost estimates."""
+
+    max_evals: int = 40
+    """real cost estimates at most (distinct graphs costed, the start included): no real step
+    that needs another is taken"""
+    rounds: int = 6
+    """rounds of (real episodes, refit, dream training) at most"""
+    real_episodes: int = 2
+    """episodes played in the real environment per round, logging transitions for the model"""
+    dream_episodes: int = 24
+    """episodes the controller plays in the model per round (a PPO update after every
+    `ppo.episodes_per_update`)"""
+    horizon: int = 6
+    """rewrites at most per episode"""
+    max_actions: int = 200
+    """rewrites offered per step at most"""
+    seed: int = 0
+    """seed of the controller's and the model's weights and of the action sampling"""
+    model: MdnRnnConfig = field(default_factory=MdnRnnConfig)
+    """the world model's network and fitting"""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """the controller's network and PPO"""
+
+    def __post_init__(self) -> None:
+        if self.max_evals < 1 or self.rounds < 1 or self.horizon < 1 or self.real_episodes < 1:
+            raise ValueError("graph.worldmodel needs max_evals, rounds, real_episodes and "
+                             "horizon >= 1")
+        if self.dream_episodes < 0:
+            raise ValueError("graph.worldmodel needs dream_episodes >= 0")
