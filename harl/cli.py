@@ -23,6 +23,8 @@ def _help(name: str, config=TuneConfig) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The flags; those that set a config field default to None (not given: the config file's
     value, else the field's default)."""
+    from harl.graph.config import METHODS
+
     parser = argparse.ArgumentParser(
         prog="python -m harl.tune",
         description="Tune an ONNX model with TVM, verify it against onnxruntime, and report. "
@@ -76,11 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tune only: skip compiling, checking and timing the tuned model")
     parser.add_argument("--no-prior", dest="cost_prior", action="store_false", default=None,
                         help=_help("cost_prior") + " (on by default; this turns it off)")
-    parser.add_argument("--graph", default=None, choices=["off", "greedy", "eqsat", "rl"],
+    parser.add_argument("--graph", default=None, choices=METHODS,
                         help="search rewrites of the model's graph before tuning its tasks "
                              "(greedy: the best rewrite while the estimated latency drops; "
                              "eqsat: equality saturation guided by MCTS; rl: a graph neural "
-                             "network policy fine-tuned with PPO), again with the tuned "
+                             "network policy fine-tuned with PPO; worldmodel: that policy "
+                             "trained in a world model of the rewards), again with the tuned "
                              "latencies before the last share of the trials; [graph] in a "
                              "config file sets its limits (default off)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harl.graph.rl.config import RlConfig
+from harl.graph.rl.config import RlConfig, WorldModelConfig
 from harl.graph.rules.nchwc import LAYOUTS
 from harl.graph.search.eqsat_config import EqsatConfig
 
-METHODS = ("off", "greedy", "eqsat", "rl")
+METHODS = ("off", "greedy", "eqsat", "rl", "worldmodel")
 """graph searches: none, TASO-style greedy, equality saturation + MCTS, a PPO-trained graph
-neural network policy (X-RLflow)"""
+neural network policy (X-RLflow), that policy trained in a learned world model (RLFlow)"""
 
 
 def _eqsat_config() -> EqsatConfig:
@@ -23,9 +23,10 @@ class GraphConfig:
     """The graph level: rewrite the imported graph before its tasks are tuned."""
 
     method: str = "off"
-    """off | greedy | eqsat | rl: search the graph's rewrites before tuning (greedy: apply the
-    best rewrite while the estimated latency drops; eqsat: equality saturation guided by MCTS;
-    rl: a graph neural network policy, fine-tuned online with PPO)"""
+    """off | greedy | eqsat | rl | worldmodel: search the graph's rewrites before tuning
+    (greedy: apply the best rewrite while the estimated latency drops; eqsat: equality
+    saturation guided by MCTS; rl: a graph neural network policy, fine-tuned online with PPO;
+    worldmodel: that policy trained with PPO in a world model fitted on few real estimates)"""
     conv_layout: str = "nchwc"
     """nchwc | imported: on a CPU, compute 2-D convs (ungrouped and depthwise) in a blocked
     channel layout, NCHW{b}c with b the target's float32 vector lanes, carried from conv to
@@ -52,6 +53,8 @@ class GraphConfig:
     """eqsat: the e-graph's size, time and extraction limits"""
     rl: RlConfig = field(default_factory=RlConfig)
     """rl: episodes, horizon, cost budget and starting policy of the learned search"""
+    worldmodel: WorldModelConfig = field(default_factory=WorldModelConfig)
+    """worldmodel: real-estimate budget, rounds, dream episodes, the world model and PPO"""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

@@ -1,4 +1,4 @@
-"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat|rl`).
+"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat|rl|worldmodel`).
 
 Before tuning, the chosen search rewrites the imported graph, priced by `GraphCostModel` (the
 cost-model prior, and the work dir's measured tasks where it holds any); the rewritten graph is
@@ -178,6 +178,7 @@ class GraphStage:
         from harl.graph.search.eqsat import eqsat
         from harl.graph.search.greedy import greedy
         from harl.graph.search.rl import rl_search
+        from harl.graph.search.worldmodel import worldmodel_search
 
         def cost(graph) -> float:
             return cost_model.estimate(self._compiled(graph)).total_ms
@@ -198,8 +199,17 @@ class GraphStage:
                 "search_seconds": round(result.seconds, 2), "rl_policy": result.policy,
                 "rl_episodes": result.episodes, "rl_updates": result.updates,
                 "rl_path_estimated_ms": result.path_costs,
-                "rl_ppo": {k: round(v, 6) for k, v in result.metrics.items()
-                           if math.isfinite(v)}}
+                "rl_ppo": _finite(result.metrics)}
+        if self.config.method == "worldmodel":
+            result = worldmodel_search(mod, cost, config=self.config.worldmodel, rules=rules)
+            return result.mod, {
+                "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
+                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
+                "search_seconds": round(result.seconds, 2),
+                "wm_real_episodes": result.real_episodes,
+                "wm_dream_episodes": result.dream_episodes, "wm_rounds": result.rounds,
+                "wm_updates": result.updates, "wm_path_estimated_ms": result.path_costs,
+                "wm_quality": _finite(result.quality), "wm_metrics": _finite(result.metrics)}
         result = eqsat(mod, cost, config=self.config.eqsat, rules=rules)
         return result.mod, {
             "applied": list(result.applied) if result.source != "original" else [],
@@ -284,6 +294,11 @@ class GraphStage:
         logger.info(f"harl: graph: resuming with the graph chosen before ({GRAPH_FILE}: "
                     f"{len(entry.get('applied', []))} rewrite(s))")
         return mod
+
+
+def _finite(metrics: dict) -> dict:
+    """`metrics` rounded for graph.json, those that are not finite left out."""
+    return {k: round(v, 6) for k, v in metrics.items() if math.isfinite(v)}
 
 
 def summary_line(entry: dict) -> str:
