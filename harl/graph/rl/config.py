@@ -119,6 +119,10 @@ class WorldModelConfig:
     dream_episodes: int = 24
     """episodes the controller plays in the model per round (a PPO update after every
     `ppo.episodes_per_update`)"""
+    explore: float = 0.25
+    """the chance that a step of a real episode (not the last, greedy one) takes a uniformly
+    random rewrite instead of the controller's choice: a controller trained in a model fitted
+    on few transitions can learn to stop at once, and then logs nothing new"""
     horizon: int = 6
     """rewrites at most per episode"""
     max_actions: int = 200
@@ -134,5 +138,5 @@ class WorldModelConfig:
         if self.max_evals < 1 or self.rounds < 1 or self.horizon < 1 or self.real_episodes < 1:
             raise ValueError("graph.worldmodel needs max_evals, rounds, real_episodes and "
                              "horizon >= 1")
-        if self.dream_episodes < 0:
-            raise ValueError("graph.worldmodel needs dream_episodes >= 0")
+        if self.dream_episodes < 0 or not 0.0 <= self.explore <= 1.0:
+            raise ValueError("graph.worldmodel needs dream_episodes >= 0 and explore in [0, 1]")

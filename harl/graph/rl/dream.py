@@ -113,14 +113,17 @@ class RealCosts:
 
 
 def real_episode(env: GraphRewriteEnv, policy: GraphPolicy, costs: RealCosts, *,
-                 max_evals: int, generator: torch.Generator,
-                 greedy: bool = False) -> list[Transition]:
-    """One episode in the real env, its transitions logged; it ends early rather than take a
-    step whose graph would cost a real estimate beyond `max_evals`."""
+                 max_evals: int, generator: torch.Generator, greedy: bool = False,
+                 explore: float = 0.0) -> list[Transition]:
+    """One episode in the real env, its transitions logged, each step a uniformly random
+    rewrite with chance `explore`, else the policy's; it ends early rather than take a step
+    whose graph would cost a real estimate beyond `max_evals`."""
     obs, _ = env.reset()
     steps, done = [], False
     while not done:
         action, _, _ = policy.act(obs, generator=generator, greedy=greedy)
+        if obs.actions and float(torch.rand(1, generator=generator)) < explore:
+            action = int(torch.randint(len(obs.actions), (1,), generator=generator))
         if (action < len(obs.actions) and costs.evals >= max_evals
                 and not costs.known(env.successor(env.graph, obs.actions[action]))):
             break
@@ -171,9 +174,9 @@ def train_in_dream(start: RewriteGraph, cost: Callable[[RewriteGraph], float], *
         if costs.evals >= config.max_evals and round_ > 0:
             break
         result.rounds += 1
-        # --- 1. real episodes: the controller's, logging transitions and costs --------------
+        # --- 1. real episodes: the controller's (and some random rewrites), logging -------
         new = [real_episode(env, trainer.policy, costs, max_evals=config.max_evals,
-                            generator=trainer.generator)
+                            generator=trainer.generator, explore=config.explore)
                for _ in range(config.real_episodes)]
         result.real_episodes += len(new)
         # --- 2. the world model: scored on them before it sees them, then refitted ----------
