@@ -4,6 +4,7 @@ conv, outputs as onnxruntime's, and a run (blocked by default on a CPU) end to e
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -150,6 +151,18 @@ def test_a_run_lays_out_its_graph_as_configured(cnn, tmp_path):
     assert laid_out(mod, cuda, GraphConfig(), tmp_path) is mod
 
 
+class FlatCost:
+    """A graph cost model under which every graph costs 1 ms (no rewrite pays); the graphs it
+    priced are kept in `priced`."""
+
+    def __init__(self) -> None:
+        self.priced = []
+
+    def estimate(self, graph):
+        self.priced.append(graph)
+        return SimpleNamespace(total_ms=1.0)
+
+
 def test_the_graph_search_prices_graphs_as_the_run_compiles_them(cnn, tmp_path, monkeypatch):
     """Both searches cost each candidate after the conv layout pass, the tuned tasks' layout,
     and the second keeps the blocked graph being tuned when it finds the same graph."""
@@ -157,22 +170,16 @@ def test_the_graph_search_prices_graphs_as_the_run_compiles_them(cnn, tmp_path, 
 
     model, mod = cnn
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
-    priced = []
-
-    class Flat:  # every graph costs the same: no rewrite pays
-        def estimate(self, graph):
-            priced.append(graph)
-            return type("Cost", (), {"total_ms": 1.0})()
-
-    monkeypatch.setattr(GraphStage, "_cost_model", lambda self, own_model: Flat())
+    flat = FlatCost()
+    monkeypatch.setattr(GraphStage, "_cost_model", lambda self, own_model: flat)
     config = GraphConfig(method="greedy", greedy_max_evals=4)
     stage = GraphStage(config, work_dir=tmp_path, target=target, model=model,
                        verify=VerifyConfig(), seed=0, prepack_weights=False)
     current = laid_out(stage.first(mod), target, config, tmp_path)
     assert stage.second(mod, current) is current
     assert stage.entry["changed_by_second_search"] is False
-    assert len(priced) > 2
-    assert all(same_graph(to_nchwc(graph, 16), graph) for graph in priced)
+    assert len(flat.priced) > 2
+    assert all(same_graph(to_nchwc(graph, 16), graph) for graph in flat.priced)
 
 
 @pytest.mark.parametrize("layout", ["nchwc", "imported"])
@@ -189,8 +196,7 @@ def test_the_searches_choose_conv_layouts_only_where_no_pass_blocks_them(cnn, tm
         return greedy(mod, cost, rules=rules, max_evals=1)
 
     monkeypatch.setattr("harl.graph.search.greedy.greedy", recording)
-    monkeypatch.setattr(GraphStage, "_cost_model", lambda self, own_model: type(
-        "Flat", (), {"estimate": lambda self, graph: type("Cost", (), {"total_ms": 1.0})()})())
+    monkeypatch.setattr(GraphStage, "_cost_model", lambda self, own_model: FlatCost())
     model, mod = cnn
     config = GraphConfig(method="greedy", conv_layout=layout)
     GraphStage(config, work_dir=tmp_path, target=tvm.target.Target(
