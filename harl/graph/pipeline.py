@@ -154,6 +154,16 @@ class GraphStage:
                        if changed else ": the graph being tuned stands"))
         return chosen
 
+    def first_cost_model(self):
+        """The cost model the first search prices graphs with (tools/graph_search_budget.py)."""
+        return self._cost_model(own_model=False)
+
+    def search(self, mod, cost_model) -> tuple[object, dict]:
+        """The configured search of `mod` as a run's searches do it, pricing each graph by
+        `cost_model.estimate` after the conv layout pass: the graph found and its graph.json
+        fields (tools/graph_search_budget.py)."""
+        return self._search(mod, cost_model)
+
     def _compiled(self, mod):
         """`mod` as the run compiles it: after the conv layout pass, so that a graph is priced
         on the tasks that are tuned (and a blocked graph, the pass being idempotent, as is)."""
