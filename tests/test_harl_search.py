@@ -110,6 +110,7 @@ def test_replaying_traces_on_threads_changes_no_candidate(monkeypatch, learned):
     assert any(name.startswith("harl-replay") for name in threads_used)
 
 
+@pytest.mark.slow  # an equivalence check of a speed-up, not a user path: kept out of CI for time
 def test_the_decided_location_shortcut_changes_no_candidate(monkeypatch):
     from harl.search.location_shortcut import LocationShortcut, ShortcutTrace
 
