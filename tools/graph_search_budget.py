@@ -90,7 +90,7 @@ def method_config(graph, method: str, seed: int):
 def search_model(path: Path, config, methods: list[str], seeds: list[int], out: Path) -> list:
     """Every method and seed searched on the model at `path`; a dict per run."""
     from harl.frontend.onnx_model import import_model, load_onnx
-    from harl.graph.pipeline import GraphStage, conv_layout_pass
+    from harl.graph.pipeline import GraphStage
     from harl.graph.search.common import first_line
     from harl.target import is_gpu, parse_target
     from harl.tvm_env import load_tensor_intrinsics, native_logs_into, quiet_tvm_loggers
@@ -114,7 +114,7 @@ def search_model(path: Path, config, methods: list[str], seeds: list[int], out: 
                 with native_logs_into(model_dir / "tvm.log"):
                     if shared is None:  # loaded and the start priced outside the runs' time
                         shared = stage.first_cost_model()
-                        layout = conv_layout_pass(target, stage.config)
+                        layout = stage.layout  # the run's conv layout pass, or None
                         shared.estimate(original if layout is None else layout(original))
                     recorder = Recorder(shared)
                     try:

@@ -173,15 +173,14 @@ class GraphStage:
         from harl.database import RECORD_FILE
         from harl.graph.cost import GraphCostModel
 
-        samples = self.config.cost_samples
+        settings = {"samples": self.config.cost_samples, "seed": self.seed,
+                    "prepack_weights": self.prepack_weights,
+                    "measured_peak_floor": self.config.measured_peak_floor}
         records = self.work_dir / RECORD_FILE
         if records.exists() and records.stat().st_size:
-            return GraphCostModel.from_work_dir(
-                self.work_dir, self.target, own_model=own_model, samples=samples, seed=self.seed,
-                prepack_weights=self.prepack_weights,
-                measured_peak_floor=self.config.measured_peak_floor)
-        return GraphCostModel(self.target, samples=samples, seed=self.seed,
-                              prepack_weights=self.prepack_weights)
+            return GraphCostModel.from_work_dir(self.work_dir, self.target, own_model=own_model,
+                                                **settings)
+        return GraphCostModel(self.target, **settings)
 
     def _search(self, mod, cost_model) -> tuple[object, dict]:
         from harl.graph.rules import search_rules
