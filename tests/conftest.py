@@ -65,6 +65,53 @@ def harl_messages(caplog):
     return lambda: [r.getMessage() for r in caplog.records if r.name.startswith("harl")]
 
 
+TINY_GRAPH_CONFIG = """
+[graph]
+cost_samples = 0
+greedy_max_evals = 20
+
+[graph.eqsat]
+iterations = 4
+max_children = 6
+time_limit_s = 20.0
+ilp_time_limit_s = 5.0
+ilp_solutions = 1
+
+[graph.rl]
+episodes = 2
+horizon = 3
+max_evals = 12
+
+[graph.rl.ppo]
+episodes_per_update = 2
+
+[graph.worldmodel]
+max_evals = 10
+rounds = 2
+real_episodes = 2
+dream_episodes = 4
+horizon = 3
+
+[graph.worldmodel.model]
+epochs = 5
+
+[graph.worldmodel.ppo]
+episodes_per_update = 2
+
+[verify]
+timing_seconds = 1.0
+latency_repeats = 4
+"""
+"""small budgets for every graph search and short timings: the graph level's end-to-end tests"""
+
+
+def tiny_graph_config(directory: Path) -> Path:
+    """`TINY_GRAPH_CONFIG` written to `directory`/tiny.toml."""
+    path = directory / "tiny.toml"
+    path.write_text(TINY_GRAPH_CONFIG)
+    return path
+
+
 def harl_tune_here(*args) -> subprocess.CompletedProcess:
     """The same command run in this process, its exit code, stdout and stderr as a fresh one's
     (harl's own output; not TVM's C++ logs). For tests of what a run does with a model rather

@@ -5,29 +5,15 @@ table reports every method."""
 import json
 import sys
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, tiny_graph_config
 
 sys.path.insert(0, str(ROOT / "tools"))
 
 import graph_search_budget  # noqa: E402
 
-TINY = """
-[graph]
-cost_samples = 0
-
-[graph.rl]
-episodes = 2
-horizon = 3
-max_evals = 12
-
-[graph.rl.ppo]
-episodes_per_update = 2
-"""
-
 
 def test_curves_and_table_of_greedy_and_rl(tmp_path, capsys):
-    config = tmp_path / "tiny.toml"
-    config.write_text(TINY)
+    config = tiny_graph_config(tmp_path)
     out = tmp_path / "out"
     model = EXAMPLES / "transformer_block.onnx"
     assert graph_search_budget.main([str(model), "--methods", "greedy,rl", "--seeds", "3",

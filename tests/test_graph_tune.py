@@ -6,41 +6,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT, harl_tune_here, trial_record_lines
+from conftest import EXAMPLES, ROOT, harl_tune_here, tiny_graph_config, trial_record_lines
 
 TRANSFORMER = EXAMPLES / "transformer_block.onnx"
 
-TINY = """
-[graph]
-cost_samples = 0
-greedy_max_evals = 20
-
-[graph.eqsat]
-iterations = 4
-max_children = 6
-time_limit_s = 20.0
-ilp_time_limit_s = 5.0
-ilp_solutions = 1
-
-[graph.rl]
-episodes = 2
-horizon = 3
-max_evals = 12
-
-[graph.rl.ppo]
-episodes_per_update = 2
-
-[verify]
-timing_seconds = 1.0
-latency_repeats = 4
-"""
-
-
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory):
-    path = tmp_path_factory.mktemp("config") / "tiny.toml"
-    path.write_text(TINY)
-    return path
+    return tiny_graph_config(tmp_path_factory.mktemp("config"))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import EXAMPLES, harl_tune_here, trial_record_lines
+from conftest import EXAMPLES, harl_tune_here, tiny_graph_config, trial_record_lines
 
 from harl.graph.rl.chain import ChainGraph, ChainRule, chain_cost, detour_chain
 from harl.graph.rl.config import MdnRnnConfig, PPOConfig, WorldModelConfig
@@ -201,32 +201,8 @@ def test_the_world_model_saves_and_loads_without_pickle(tmp_path):
     assert loaded.quality(episodes) == model.quality(episodes)
 
 
-WORLDMODEL_TINY = """
-[graph]
-cost_samples = 0
-
-[graph.worldmodel]
-max_evals = 10
-rounds = 2
-real_episodes = 2
-dream_episodes = 4
-horizon = 3
-
-[graph.worldmodel.model]
-epochs = 5
-
-[graph.worldmodel.ppo]
-episodes_per_update = 2
-
-[verify]
-timing_seconds = 1.0
-latency_repeats = 4
-"""
-
-
 def test_worldmodel_end_to_end(tmp_path):
-    config = tmp_path / "tiny.toml"
-    config.write_text(WORLDMODEL_TINY)
+    config = tiny_graph_config(tmp_path)
     work_dir = tmp_path / "run"
     proc = harl_tune_here(EXAMPLES / "transformer_block.onnx", "--graph", "worldmodel",
                           "--trials", 6, "--work-dir", work_dir, "--config", config)
