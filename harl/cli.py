@@ -7,7 +7,7 @@ import dataclasses
 import shlex
 from pathlib import Path
 
-from harl.config import MeasureConfig, TuneConfig
+from harl.config import MeasureConfig, StoreConfig, TuneConfig
 from harl.errors import HarlError
 from harl.frontend.onnx_model import parse_input_shape
 from harl.search import STRATEGIES
@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tune only: skip compiling, checking and timing the tuned model")
     parser.add_argument("--no-prior", dest="cost_prior", action="store_false", default=None,
                         help=_help("cost_prior") + " (on by default; this turns it off)")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--store", type=Path, default=None, metavar="DIR",
+                       help=_help("path", StoreConfig))
+    store.add_argument("--no-store", dest="store_enabled", action="store_false", default=None,
+                       help="neither learn from earlier runs' measurements nor keep this run's "
+                            "([store] in a config file sets its limits)")
     parser.add_argument("--graph", default=None, choices=METHODS,
                         help="search rewrites of the model's graph before tuning its tasks "
                              "(greedy: the best rewrite while the estimated latency drops; "
@@ -97,6 +103,7 @@ FLAG_FIELDS = {
     "quiet": ("quiet",), "evaluate": ("evaluate",), "cost_prior": ("cost_prior",),
     "build_timeout": ("measure", "build_timeout_s"), "run_timeout": ("measure", "run_timeout_s"),
     "reference_timing": ("measure", "reference_timing"), "graph": ("graph", "method"),
+    "store": ("store", "path"), "store_enabled": ("store", "enabled"),
 }
 
 

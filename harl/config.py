@@ -114,6 +114,38 @@ class CostModelConfig:
                                 "part next to the prior", default=4)
 
 
+STORE_USES = ("better", "always", "never")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """The user-level store of what runs measured (harl.store): every run adds its records, and
+    harl's strategy ranks a new model's first samples with a cost model trained on them where
+    that ranks models left out of its training better than the shipped prior."""
+
+    enabled: bool = doc("keep this run's measurements in the store and learn from earlier runs' "
+                        "(off: the shipped prior only, nothing written)", default=True)
+    path: Path | None = doc("the store's folder (default: $HARL_STORE, else "
+                            "$XDG_CACHE_HOME/harl/store, else ~/.cache/harl/store); one subfolder "
+                            "per target and TVM version", default=None)
+    use: str = doc("when the store's cost model ranks a run's samples: better (where it ranked "
+                   "models left out of its training better than the shipped prior), always, "
+                   "never (the store only keeps measurements)", default="better")
+    min_records: int = doc("measured records of tasks it would rank before a cost model is "
+                           "trained on the store", default=256)
+    max_records: int = doc("the newest runs' records a cost model is trained on at most",
+                           default=20000)
+    folds: int = doc("folds of the held-out check that decides between the store's cost model "
+                     "and the shipped one", default=4)
+
+    def __post_init__(self) -> None:
+        if self.use not in STORE_USES:
+            raise ValueError(f"store.use must be one of {', '.join(STORE_USES)}, got {self.use!r}")
+        if self.min_records < 1 or self.max_records < 1 or self.folds < 2:
+            raise ValueError("store.min_records and store.max_records must be positive and "
+                            "store.folds at least 2")
+
+
 def _search_config() -> HarlSearchConfig:
     from harl.search.search_config import HarlSearchConfig  # imports torch: not at --help
 
@@ -181,6 +213,7 @@ class TuneConfig:
     nests: NaiveNestConfig = doc("when harl's strategy measures TVM's unscheduled loop nests",
                                  default_factory=_nests_config)
     cost_model: CostModelConfig = field(default_factory=CostModelConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     graph: GraphConfig = doc("the graph level: which rewrites of the imported graph are searched "
                              "before its tasks are tuned (harl.graph)",
                              default_factory=_graph_config)

@@ -13,9 +13,10 @@ from harl.errors import HarlError
 from harl.resume import RunManifest
 
 RESUME_NEUTRAL = ("model", "work_dir", "fresh", "config_changed_ok", "quiet", "trials",
-                  "evaluate", "verify", "rpc")
+                  "evaluate", "verify", "rpc", "store")
 """TuneConfig fields a resumed run may change: where the run lives and is shown, how far it
-goes, what is done after tuning, and which farm measures; the rest shapes the search"""
+goes, what is done after tuning, which farm measures, and the store of earlier runs (which
+other runs change anyway); the rest shapes the search"""
 
 
 def _flat(data: dict, prefix: str = "") -> dict:

@@ -40,6 +40,7 @@ from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior, load_cost_prior
+from harl.store.in_run import choose_prior, keep_run, open_store
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
 from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
@@ -179,11 +180,13 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     if config.rpc is not None:
         logger.info(f"harl: measuring on RPC key {config.rpc.key!r} at "
                     f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
-    cost_prior = None
+    store = open_store(config.store, target)
+    cost_prior, prior_source = None, None
     if asked_prior:
-        cost_prior = load_cost_prior(target)
+        cost_prior, prior_source = choose_prior(store, load_cost_prior(target),
+                                                  config.store.use)
         if cost_prior is not None and not any(cost_prior.applies_to(t.mod) for t in tasks):
-            cost_prior = None  # every task is too small for it
+            cost_prior, prior_source = None, None  # every task is too small for it
         if cost_prior is not None:
             logger.info("harl: a cost model trained on other workloads ranks the samples of "
                         f"tasks of {cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the "
@@ -220,6 +223,9 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     plan = plans[-1] if plans else None
     database, stats = resume.database, resume.stats
     tune_seconds = clock.lap("tuning")
+    keep_run(store, work_dir, model=config.model, input_shapes=config.input_shapes,
+             model_name=model.name)
+    clock.lap("store")
 
     # 3. Compile, verify, time
     report = RunReport(
@@ -232,7 +238,7 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         work_dir=str(work_dir),
         agent_seconds=_metric_sums(plans, "totals"),
         agent_stage_seconds=_metric_sums(plans, "stages"),
-        cost_prior=cost_prior is not None,
+        cost_prior=cost_prior is not None, cost_prior_source=prior_source,
         runtime_threads=runtime_threads,
         measure_other_cores=_rounded(stage_clock.others_while_measuring()),
         config=recorded(config), graph=graph.entry if graph else None,

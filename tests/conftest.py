@@ -34,6 +34,13 @@ EXAMPLES = ROOT / "tasks" / "examples"
 load_tensor_intrinsics(parse_target("llvm"))
 
 
+@pytest.fixture(autouse=True)
+def private_store(tmp_path_factory, monkeypatch):
+    """Each test's runs keep their measurements in a store of their own (harl.store), never the
+    user's, so that no test learns from another's runs."""
+    monkeypatch.setenv("HARL_STORE", str(tmp_path_factory.mktemp("store")))
+
+
 def harl_tune(*args, timeout=600) -> subprocess.CompletedProcess:
     """`python -m harl.tune ARGS` in a fresh process, exactly as a user runs it."""
     return subprocess.run([sys.executable, "-m", "harl.tune", *map(str, args)],

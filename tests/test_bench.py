@@ -243,6 +243,35 @@ def test_an_arms_run_is_named_after_it_and_tuned_with_its_config(tmp_path):
     assert command[command.index("--config") + 1] == str(tmp_path / "arm.toml")
     plain = tune_command(RunSpec(Path("m.onnx"), "m", "metaschedule", 32, 2), tmp_path, None, None)
     assert "--config" not in plain and plain[plain.index("--strategy") + 1] == "metaschedule"
+    assert "--no-store" in plain  # a bench run learns from no earlier run
+    stored = tune_command(spec, tmp_path, None, None, store=tmp_path / "s")
+    assert "--no-store" not in stored and stored[stored.index("--store") + 1] == str(
+        tmp_path / "s")
+
+
+def test_store_transfer_counts_the_trials_a_warm_run_needs_to_reach_the_cold_final(tmp_path):
+    from store_transfer import compare, summary
+
+    def run(arm_dir: str, seed: int, curve: list[CurvePoint], source: str) -> RunResult:
+        spec = RunSpec(Path("m.onnx"), "m", "harl", 16, seed)
+        result = RunResult(spec, tmp_path / arm_dir / "m" / f"harl-t16-s{seed}", 0,
+                           report={"cost_prior_source": source, "trials_done": 16})
+        result.curve = curve
+        return result
+
+    cold = run("cold", 0, [CurvePoint(4, 1.0, 9.0), CurvePoint(12, 3.0, 5.0)], "shipped")
+    warm = run("warm", 0, [CurvePoint(2, 0.5, 6.0), CurvePoint(3, 0.7, 4.8)], "store")
+    store = tmp_path / "store" / "k"
+    store.mkdir(parents=True)
+    (store / "prior.json").write_text('{"held_out_rho": 0.61, "shipped_rho": 0.4}')
+    row = compare(cold, warm, 16, tmp_path / "store")
+    assert (row["warm_trials"], row["cold_trials"], row["share"]) == (3, 12, 3 / 16)
+    never = compare(cold, run("warm", 1, [CurvePoint(16, 4.0, 5.5)], "shipped"), 16,
+                    tmp_path / "none")
+    assert never["warm_trials"] is None and never["check"] == {}
+    text = summary([row, never], ["command: x"], 16)
+    assert "| m | 0 | 5.000 | 4.800 | 3 | 0.19 | 12 | store | 0.61 / 0.4 |" in text
+    assert "reaching the cold run's final: 1 of 2" in text
 
 
 def test_bench_refuses_an_unknown_arm_in_one_line(tmp_path):

@@ -28,17 +28,17 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run from elsewhere
 
-from benchlib.prior import Workload, read_workloads, train  # noqa: E402
-
 from harl.agents.model_trust import rank_correlation  # noqa: E402
 from harl.search.program_scorer import Standardiser, blend, own_weight_after  # noqa: E402
+from harl.store.prior_training import train  # noqa: E402
+from harl.store.rows import MeasuredWorkload, read_workloads  # noqa: E402
 from harl.tvm_adapter import xgb_predict  # noqa: E402
 
 EQUAL_WEIGHTS = (4, 8, 16, 48, 96)
 
 
-def replay_workload(workload: Workload, others: list[Workload], prior, after: list[int],
-                    following: int) -> dict[tuple[int, str], float]:
+def replay_workload(workload: MeasuredWorkload, others: list[MeasuredWorkload], prior,
+                    after: list[int], following: int) -> dict[tuple[int, str], float]:
     """Rank correlation per (s, scorer) on one workload."""
     latencies = np.asarray(workload.latencies)
     throughput = workload.throughputs()
@@ -50,7 +50,7 @@ def replay_workload(workload: Workload, others: list[Workload], prior, after: li
         measured = [i for i in range(s) if np.isfinite(latencies[i])]
         if len(measured) < 2:
             continue
-        first = Workload(workload.name, workload.source, workload.features[:s],
+        first = MeasuredWorkload(workload.name, workload.source, workload.features[:s],
                          workload.latencies[:s])
         own = train([*others, first])
         reference = [workload.features[i] for i in measured]

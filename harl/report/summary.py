@@ -52,7 +52,8 @@ class RunReport:
     agent_seconds: dict[str, float] = field(default_factory=dict)  # by part (harl strategy)
     # Where those seconds went: trace replay, features, predictions, policy (not added to them).
     agent_stage_seconds: dict[str, float] = field(default_factory=dict)
-    cost_prior: bool = False  # the shipped cost-model prior ranked the samples of some task
+    cost_prior: bool = False  # a cost-model prior ranked the samples of some task
+    cost_prior_source: str | None = None  # which: "shipped" (harl/data) or "store" (harl.store)
     runtime_threads: int | None = None  # threads of TVM's CPU runtime in this process's runs
     gpu_target: bool = False  # the kernels ran on a GPU; onnxruntime always runs on the CPU
     # This run's wall seconds by phase, in the order they ran (harl.report.phases)

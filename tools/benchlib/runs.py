@@ -70,12 +70,15 @@ class RunResult:
 
 def tune_command(spec: RunSpec, work_dir: Path, target: str | None,
                  trials_per_batch: int | None, extra_args: tuple[str, ...] = (),
-                 config: Path | None = None) -> list[str]:
-    """harl.tune's command line for `spec`; `config` is the arm's --config file, if it has one."""
+                 config: Path | None = None, store: Path | None = None) -> list[str]:
+    """harl.tune's command line for `spec`; `config` is the arm's --config file, if it has one;
+    `store` the knowledge store it learns from and adds to (None: none, so that no run of a
+    benchmark depends on the runs before it)."""
     # --no-evaluate: the bench compiles, verifies and times every build itself, interleaved.
     command = [sys.executable, "-m", "harl.tune", str(spec.model), "--quiet", "--no-evaluate",
                "--work-dir", str(work_dir), "--strategy", spec.strategy,
                "--trials", str(spec.trials), "--seed", str(spec.seed)]
+    command += ["--no-store"] if store is None else ["--store", str(store)]
     if config is not None:
         command += ["--config", str(config)]
     if target is not None:
@@ -87,14 +90,15 @@ def tune_command(spec: RunSpec, work_dir: Path, target: str | None,
 
 def run_tuning(spec: RunSpec, out: Path, target: str | None = None,
                trials_per_batch: int | None = None, resume: bool = False,
-               extra_args: tuple[str, ...] = ()) -> RunResult:
-    """Tune once (or, with `resume`, reuse a finished work dir) and load what it wrote."""
+               extra_args: tuple[str, ...] = (), store: Path | None = None) -> RunResult:
+    """Tune once (or, with `resume`, reuse a finished work dir) and load what it wrote
+    (`store`: see `tune_command`)."""
     work_dir = spec.work_dir(out)
     if resume and (work_dir / "report.json").is_file():
         return load_run(spec, work_dir, exit_code=0)
     work_dir.mkdir(parents=True, exist_ok=True)
     config = write_arm_config(spec.arm_spec, work_dir / ARM_CONFIG)
-    command = tune_command(spec, work_dir, target, trials_per_batch, extra_args, config)
+    command = tune_command(spec, work_dir, target, trials_per_batch, extra_args, config, store)
     start = time.monotonic()
     with open(work_dir / "tune_output.txt", "w") as log:
         log.write(" ".join(command) + "\n")

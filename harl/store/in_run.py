@@ -1,0 +1,73 @@
+"""How a tuning run uses the store: which cost-model prior ranks its first samples, and keeping
+its measurements once it has tuned."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from harl.config import StoreConfig
+from harl.search.cost_prior import CostPrior
+from harl.store.store import KnowledgeStore, default_store_path, model_id
+
+logger = logging.getLogger(__name__)
+
+
+def open_store(config: StoreConfig, target) -> KnowledgeStore | None:
+    """The store folder of `target`, or None with the store turned off."""
+    if not config.enabled:
+        return None
+    root = config.path if config.path is not None else default_store_path()
+    return KnowledgeStore(root, target, min_records=config.min_records,
+                          max_records=config.max_records, folds=config.folds)
+
+
+def choose_prior(store: KnowledgeStore | None, shipped: CostPrior | None, use: str = "better"
+                 ) -> tuple[CostPrior | None, str | None]:
+    """The prior that ranks the run's first samples and where it comes from ("store" or
+    "shipped"): the store's cost model where `use` is "always", or "better" and it ranked the
+    models left out of its training better than the shipped prior; else the shipped prior
+    (None: neither applies)."""
+    if store is None or use == "never":
+        return shipped, "shipped" if shipped is not None else None
+    try:
+        trained = store.prior(shipped)
+    except Exception as err:  # noqa: BLE001  (a store problem must not stop the run)
+        from harl.report.history import one_line_error
+
+        logger.warning(f"harl: warning: the store in {store.folder} did not train a cost model "
+                       f"({one_line_error(err)}); going on without it")
+        trained = None
+    if trained is None:
+        return shipped, "shipped" if shipped is not None else None
+    rhos = ("too few records per task to judge it on held-out ones"
+            if trained.held_out_rho is None else
+            f"held-out rank correlation {trained.held_out_rho}"
+            + (f", shipped prior's {trained.shipped_rho}" if trained.shipped_rho is not None
+               else ""))
+    if use == "better" and not trained.better:
+        logger.info(f"harl: the store's cost model ({trained.models} models, "
+                    f"{trained.records} records) is not used: {rhos}")
+        return shipped, "shipped" if shipped is not None else None
+    logger.info(f"harl: a cost model trained on {trained.models} models tuned here before "
+                f"({trained.records} records in {store.folder}; {rhos}) ranks new samples "
+                "(--no-store: without it)")
+    return trained.prior, "store"
+
+
+def keep_run(store: KnowledgeStore | None, work_dir: Path, *, model: Path,
+             input_shapes: dict, model_name: str) -> None:
+    """Add the run's measurements to the store (a failure is warned about, never raised)."""
+    if store is None:
+        return
+    try:
+        kept = store.add_run(work_dir, model_id=model_id(model, input_shapes),
+                             model_name=model_name)
+    except Exception as err:  # noqa: BLE001  (a store problem must not stop the run)
+        from harl.report.history import one_line_error
+
+        logger.warning(f"harl: warning: this run's measurements were not kept in the store "
+                       f"({one_line_error(err)})")
+        return
+    if kept:
+        logger.info(f"harl: {kept} measured records kept in {store.folder} for later runs")
