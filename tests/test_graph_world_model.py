@@ -219,6 +219,12 @@ def test_worldmodel_end_to_end(tmp_path):
         assert {"world/reward_mae", "world/next_latent_nll", "world/done_accuracy"} <= set(
             search["wm_quality"])
         assert "losses/approx_kl" in search["wm_metrics"]
+    lines = [json.loads(line) for line in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    searches = [line for line in lines if line.get("stage") == "graph"]
+    assert [line["search"] for line in searches] == ["first", "second"]
+    for line in searches:  # the model's quality on held-out real transitions, in the metrics
+        assert line["graph/wm_quality/world/next_latent_nll"] is not None
+        assert line["graph/graphs_costed"] >= 1 and "graph/wm_metrics/losses/approx_kl" in line
     assert graph["rewritten"] == bool(graph["applied"])
     assert len(graph["wm_path_estimated_ms"]) == len(graph["applied"])
     assert (work_dir / "model_rewritten.json").exists() == graph["rewritten"]

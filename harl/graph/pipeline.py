@@ -110,6 +110,7 @@ class GraphStage:
         try:
             found, summary = self._search(original, self._cost_model(own_model=False))
             self.entry.update(summary)
+            self._log_metrics(summary, "first")
             chosen = self._checked(original, found, "") or original
             self.entry["rewritten"] = chosen is not original
             if chosen is original and self.entry["applied"]:
@@ -132,6 +133,7 @@ class GraphStage:
             cost_model = self._cost_model(own_model=self.config.cost_samples > 0)
             found, second = self._search(original, cost_model)
             second["estimated_ms_current"] = cost_model.estimate(current).total_ms
+            self._log_metrics(second, "second")
             if (not same_graph(self._compiled(found), current)
                     and second["estimated_ms_after"]
                     < second["estimated_ms_current"] * (1.0 - self.config.switch_gain)):
@@ -272,6 +274,29 @@ class GraphStage:
                     f"rewrite(s) ({', '.join(entry['applied']) or 'none'}): estimated "
                     f"{before:.4g} -> {after:.4g} ms in {entry.get('search_seconds', 0):g} s"
                     f"{size}")
+
+    def _log_metrics(self, summary: dict, search: str) -> None:
+        """A search's numbers as one line of the work dir's metrics.jsonl, under graph/ (the
+        estimates, graphs costed, PPO's diagnostics, the world model's quality on held-out real
+        transitions), beside the tuning's."""
+        from harl.report.metrics import METRICS_FILE, MetricsLogger
+
+        def number(value) -> bool:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+
+        metrics = MetricsLogger()
+        for key, value in summary.items():
+            if isinstance(value, dict):
+                for inner, x in value.items():
+                    if number(x):
+                        metrics.record(f"graph/{key}/{inner}", x)
+            elif number(value):
+                metrics.record(f"graph/{key}", value)
+        metrics.open(self.work_dir / METRICS_FILE)
+        try:
+            metrics.dump(stage="graph", search=search, method=self.config.method)
+        finally:
+            metrics.close()
 
     def _save(self, original, chosen) -> None:
         if chosen is original:
