@@ -14,7 +14,7 @@ from conftest import EXAMPLES, harl_tune_here, tiny_graph_config, trial_record_l
 
 from harl.graph.rl.chain import ChainGraph, ChainRule, chain_cost, detour_chain
 from harl.graph.rl.config import MdnRnnConfig, PPOConfig, WorldModelConfig
-from harl.graph.rl.dream import DreamEnv, RealCosts, real_episode, train_in_dream
+from harl.graph.rl.dream import DreamEnv, real_episode, train_in_dream
 from harl.graph.rl.env import GraphRewriteEnv
 from harl.graph.rl.ppo import Trainer, make_policy
 from harl.graph.rl.world_model import (
@@ -24,6 +24,7 @@ from harl.graph.rl.world_model import (
     make_world_model,
     save_world_model,
 )
+from harl.graph.search.common import CostMemo
 
 torch.set_num_threads(1)
 
@@ -116,7 +117,7 @@ def test_a_controller_trained_only_in_the_dream_improves_the_real_return():
                             config=ppo, seed=0)
     # --- a fixed handful of real transitions, from the untrained controller ---
     trainer = Trainer(untrained, ppo, seed=0)
-    costs = RealCosts(cost)
+    costs = CostMemo(cost, key=lambda g: g.key())
     logged = [real_episode(env, trainer.policy, costs, max_evals=100,
                            generator=trainer.generator) for _ in range(12)]
     model = _model_for(graph, MdnRnnConfig())

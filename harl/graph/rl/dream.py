@@ -32,6 +32,7 @@ from harl.graph.rl.env import Best, GraphRewriteEnv, Observation, RewriteGraph
 from harl.graph.rl.policy import GraphPolicy
 from harl.graph.rl.ppo import Trainer, make_policy
 from harl.graph.rl.world_model import Transition, WorldModel, make_world_model
+from harl.graph.search.common import CostMemo
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +96,7 @@ class DreamEnv(gym.Env):
         return {"action_mask": mask}
 
 
-class RealCosts:
-    """`cost` of a graph, remembered by the graph's key, counting the real estimates."""
-
-    def __init__(self, cost: Callable[[RewriteGraph], float]) -> None:
-        self.cost, self.cache, self.evals = cost, {}, 0
-
-    def __call__(self, graph: RewriteGraph) -> float:
-        if graph.key() not in self.cache:
-            self.evals += 1
-            self.cache[graph.key()] = float(self.cost(graph))
-        return self.cache[graph.key()]
-
-    def known(self, graph: RewriteGraph | None) -> bool:
-        """Whether stepping to `graph` needs no new estimate (None: a failed rewrite)."""
-        return graph is None or graph.key() in self.cache
-
-
-def real_episode(env: GraphRewriteEnv, policy: GraphPolicy, costs: RealCosts, *,
+def real_episode(env: GraphRewriteEnv, policy: GraphPolicy, costs: CostMemo, *,
                  max_evals: int, generator: torch.Generator, greedy: bool = False,
                  explore: float = 0.0) -> list[Transition]:
     """One episode in the real env, its transitions logged, each step a uniformly random
@@ -161,7 +145,7 @@ def train_in_dream(start: RewriteGraph, cost: Callable[[RewriteGraph], float], *
     docstring); `cost` is called at most `config.max_evals` times, once per distinct graph."""
     node_dim, edge_dim = start.node_features().shape[1], start.edges()[1].shape[1]
     rules = len(start.rule_names)
-    costs = RealCosts(cost)
+    costs = CostMemo(cost, key=lambda graph: graph.key())
     env = GraphRewriteEnv(start, costs, horizon=config.horizon, max_actions=config.max_actions)
     trainer = Trainer(make_policy(node_dim=node_dim, edge_dim=edge_dim, rules=rules,
                                   config=config.ppo, seed=config.seed), config.ppo,

@@ -52,21 +52,34 @@ def first_line(err: Exception) -> str:
 
 
 class CostMemo:
-    """`cost` cached by the structure of the module's main function; counts evaluations.
-    A graph whose cost cannot be computed costs infinity (with one warning)."""
+    """`cost` cached by `key` (default: the structure of a module's main function); counts
+    evaluations. A graph whose cost cannot be computed costs infinity (with one warning).
+    The searches over Relax modules and the world model's episodes over rewrite graphs
+    (`key=lambda graph: graph.key()`) share it."""
 
-    def __init__(self, cost: Cost):
+    def __init__(self, cost: Callable, key: Callable | None = None):
         self.cost, self.cache, self.evals = cost, {}, 0
+        self.key = key if key is not None else main_structure
 
-    def __call__(self, mod) -> float:
-        import tvm_ffi
-
-        key = tvm_ffi.structural_hash(mod["main"], map_free_vars=True)
+    def __call__(self, item) -> float:
+        key = self.key(item)
         if key not in self.cache:
             self.evals += 1
             try:
-                self.cache[key] = float(self.cost(mod))
+                self.cache[key] = float(self.cost(item))
             except Exception as err:  # noqa: BLE001
                 log.warning("graph cost failed (%s); graph skipped", first_line(err))
                 self.cache[key] = float("inf")
         return self.cache[key]
+
+    def known(self, item) -> bool:
+        """Whether costing `item` needs no new evaluation (None: a failed rewrite, never
+        costed)."""
+        return item is None or self.key(item) in self.cache
+
+
+def main_structure(mod) -> int:
+    """The structural hash of a module's main function (free variables mapped)."""
+    import tvm_ffi
+
+    return tvm_ffi.structural_hash(mod["main"], map_free_vars=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from harl.graph.rl.config import WorldModelConfig
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo
+from harl.graph.search.common import Cost
 
 log = logging.getLogger(__name__)
 
@@ -56,20 +56,20 @@ def worldmodel_search(mod, cost: Cost, *, config: WorldModelConfig | None = None
     from harl.graph.rules import ALL_RULES
 
     config = config or WorldModelConfig()
-    start, memo = time.perf_counter(), CostMemo(cost)
+    start = time.perf_counter()
     graph = RelaxGraph(mod, ALL_RULES if rules is None else rules)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small graphs: threads cost more than they give
     try:
-        found = train_in_dream(graph, lambda g: memo(g.mod), config=config)
+        found = train_in_dream(graph, lambda g: cost(g.mod), config=config)
     finally:
         torch.set_num_threads(threads)
     best = found.best
     log.info("worldmodel: %d real estimates, %d real and %d dream episodes, best %.6g "
-             "(from %.6g) by %s", memo.evals, found.real_episodes, found.dream_episodes,
+             "(from %.6g) by %s", found.evals, found.real_episodes, found.dream_episodes,
              best.cost, found.initial_cost, ", ".join(best.path) or "no rewrite")
     return WorldModelResult(best.graph.mod, list(best.path), found.initial_cost, best.cost,
-                            evals=memo.evals, real_episodes=found.real_episodes,
+                            evals=found.evals, real_episodes=found.real_episodes,
                             dream_episodes=found.dream_episodes, updates=found.updates,
                             rounds=found.rounds, quality=found.quality, metrics=found.metrics,
                             seconds=time.perf_counter() - start,
