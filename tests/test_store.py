@@ -104,6 +104,18 @@ def test_a_damaged_or_foreign_store_is_skipped_with_a_warning(tmp_path, caplog):
     assert "names another target" in caplog.records[0].getMessage()
 
 
+def test_the_tile_policy_is_kept_for_the_next_run_and_a_damaged_one_is_not_used(tmp_path,
+                                                                                  caplog):
+    caplog.set_level(logging.WARNING, logger="harl")
+    store = KnowledgeStore(tmp_path, parse_target(CPU_A))
+    assert store.policy() is None
+    assert store.add_policy({"actor.weight": np.ones((2, 3), dtype="float32")})
+    assert np.array_equal(store.policy()["actor.weight"], np.ones((2, 3)))
+    assert KnowledgeStore(tmp_path, parse_target(CPU_B)).policy() is None
+    (store.folder / "tile_policy.npz").write_bytes(b"\x00garbage")
+    assert store.policy() is None and "unreadable" in caplog.records[-1].getMessage()
+
+
 def test_an_unwritable_store_warns_and_the_run_goes_on(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="harl")
     (tmp_path / "file").write_text("a file where the store's folder should be")
@@ -111,6 +123,7 @@ def test_an_unwritable_store_warns_and_the_run_goes_on(tmp_path, caplog):
     assert store.add_workloads(synthetic_workloads("a", seed=1), model_id="a",
                                model_name="a") is None
     assert "unwritable" in caplog.records[-1].getMessage()
+    assert not store.add_policy({"w": np.zeros(2)})
     assert store.prior(shipped=None) is None
 
 
@@ -132,6 +145,7 @@ def test_a_run_learns_from_the_measurements_another_model_left_in_the_store(tmp_
                             "--config", config)
     assert second.returncode == 0, second.stderr
     assert "a cost model trained on 1 models tuned here before" in second.stdout
+    assert "the tile policy starts from the one a run left in" in second.stdout
     report = json.loads((tmp_path / "second" / "report.json").read_text())
     assert report["cost_prior_source"] == "store"
     assert len(list(store.glob("*/runs/*.json"))) == 2

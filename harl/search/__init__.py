@@ -22,10 +22,13 @@ STRATEGIES = ("harl", "metaschedule")
 def make_plan(name: str, *, seed: int, num_cores: int, tasks, overlap: bool = False,
               cost_prior: CostPrior | None = None, search: HarlSearchConfig | None = None,
               allocator: AllocatorConfig | None = None, nests: NaiveNestConfig | None = None,
-              cost_model: CostModelConfig | None = None) -> SearchPlan:
+              cost_model: CostModelConfig | None = None,
+              initial_policy: dict | None = None) -> SearchPlan:
     """The search plan registered under `name` for `tasks` (harl.frontend.tasks.TuningTask).
 
     `cost_prior`: a harl.search.cost_prior.CostPrior for harl's search (the baseline takes none).
+    `initial_policy`: the tile policy's arrays harl's search starts from where the work dir
+    holds no checkpoint of its own (the store's, harl.store).
     `search`, `allocator`, `nests`, `cost_model`: harl's settings (None: their defaults); the
     baseline runs at TVM's defaults and takes none of them.
 
@@ -41,5 +44,5 @@ def make_plan(name: str, *, seed: int, num_cores: int, tasks, overlap: bool = Fa
 
         return harl_plan(seed=seed, num_cores=num_cores, tasks=tasks, overlap=overlap,
                          cost_prior=cost_prior, search=search, allocator=allocator, nests=nests,
-                         cost_model=cost_model)
+                         cost_model=cost_model, initial_policy=initial_policy)
     raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

@@ -50,9 +50,12 @@ def _task_scheduler(method: str, allocator, metrics: MetricsLogger, overlap: boo
 def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
               cost_prior: CostPrior | None = None, search: HarlSearchConfig | None = None,
               allocator: AllocatorConfig | None = None, nests: NaiveNestConfig | None = None,
-              cost_model: CostModelConfig | None = None) -> SearchPlan:
+              cost_model: CostModelConfig | None = None,
+              initial_policy: dict | None = None) -> SearchPlan:
     """The three agents for `tasks`, set by `search` and `allocator`; an XGBoost cost model set
     by `cost_model`; TVM's unscheduled nests measured as `nests` says (each None: its defaults).
+    The tile policy starts from the work dir's checkpoint, else from `initial_policy`'s arrays
+    (another model's run, kept by harl.store), else afresh.
 
     `cost_prior` scores a task's candidates alone until the run's model has trained on the
     task, then blended with it (see ProgramScorer).
@@ -90,15 +93,18 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
     def on_start(work_dir: Path) -> None:
         metrics.open(work_dir / METRICS_FILE)
         agents = work_dir / checkpoint.AGENTS_DIR
-        if (agents / checkpoint.POLICY_FILE).exists():
+        own = agents / checkpoint.POLICY_FILE
+        if own.exists() or initial_policy is not None:
             initial = policy.state_arrays()
             try:
-                policy.load_arrays(checkpoint.load_arrays(agents / checkpoint.POLICY_FILE))
+                policy.load_arrays(checkpoint.load_arrays(own) if own.exists()
+                                   else initial_policy)
             except Exception as err:  # noqa: BLE001  (numpy's and torch's kinds)
                 policy.load_arrays(initial)
                 why = (str(err).strip() or type(err).__name__).splitlines()[0]
-                logger.warning("harl: warning: the tile policy's checkpoint does not fit it "
-                               "(%s): it starts afresh", why)
+                which = "checkpoint does" if own.exists() else "arrays from the store do"
+                logger.warning(f"harl: warning: the tile policy's {which} not fit it "
+                               f"({why}): it starts afresh")
         if allocator is not None and (agents / checkpoint.ALLOCATOR_FILE).exists():
             initial_tasks = allocator.to_json()
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from harl.agents.checkpoint import AGENTS_DIR, POLICY_FILE, load_arrays
 from harl.config import StoreConfig
 from harl.search.cost_prior import CostPrior
 from harl.store.store import KnowledgeStore, default_store_path, model_id
@@ -55,12 +56,26 @@ def choose_prior(store: KnowledgeStore | None, shipped: CostPrior | None, use: s
     return trained.prior, "store"
 
 
+def start_policy(store: KnowledgeStore | None, config: StoreConfig) -> dict | None:
+    """The tile policy's arrays a run starts from: the store's, where it is asked for."""
+    if store is None or not config.tile_policy:
+        return None
+    arrays = store.policy()
+    if arrays is not None:
+        logger.info(f"harl: the tile policy starts from the one a run left in {store.folder}")
+    return arrays
+
+
 def keep_run(store: KnowledgeStore | None, work_dir: Path, *, model: Path,
              input_shapes: dict, model_name: str) -> None:
-    """Add the run's measurements to the store (a failure is warned about, never raised)."""
+    """Add the run's measurements and its tile policy to the store (a failure is warned about,
+    never raised)."""
     if store is None:
         return
     try:
+        policy = work_dir / AGENTS_DIR / POLICY_FILE
+        if policy.is_file():
+            store.add_policy(load_arrays(policy))
         kept = store.add_run(work_dir, model_id=model_id(model, input_shapes),
                              model_name=model_name)
     except Exception as err:  # noqa: BLE001  (a store problem must not stop the run)

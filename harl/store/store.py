@@ -9,6 +9,7 @@ that executes code on load)::
     <root>/<key digest>/runs/<model>.npz   ... and their features and latencies
     <root>/<key digest>/prior.ubj|.json    the cost model last trained on the entries, and how
                                            well it and the shipped prior ranked held-out models
+    <root>/<key digest>/tile_policy.npz    the tile tuner's policy as the last run left it
 
 A model's latest run replaces its entry. Nothing here may stop a run: an unreadable entry is
 skipped with a warning, an unwritable store is reported once and the run goes on without it.
@@ -32,6 +33,9 @@ from harl.store.rows import MeasuredWorkload, from_arrays, read_workloads, to_ar
 from harl.tvm_adapter import xgb_predict
 
 logger = logging.getLogger(__name__)
+
+POLICY_FILE = "tile_policy.npz"
+"""in a key's folder: the tile policy the last run left"""
 
 STORE_ENV = "HARL_STORE"
 """environment variable naming the store folder (before the user's cache)"""
@@ -217,7 +221,33 @@ class KnowledgeStore:
             logger.warning(f"harl: warning: store folder {self.folder} unwritable ({err}); "
                            "the trained cost model is not kept")
 
+    def policy(self) -> dict | None:
+        """The tile policy's arrays the last run left (None: none, or unreadable, warned)."""
+        path = self.folder / POLICY_FILE
+        if self.foreign() is not None or not path.is_file():
+            return None
+        try:
+            return load_arrays(path)
+        except Exception as err:  # noqa: BLE001  (numpy and zipfile raise many kinds)
+            logger.warning(f"harl: warning: store's tile policy {path} unreadable ({err}); "
+                           "the policy starts afresh")
+            return None
+
     # -- writing --------------------------------------------------------------------------------
+
+    def add_policy(self, arrays: dict) -> bool:
+        """Keep a run's tile policy as the one the next run starts from; False when the store
+        could not be written (warned)."""
+        if self.foreign() is not None:
+            return False
+        try:
+            self._claim()
+            save_arrays(self.folder / POLICY_FILE, arrays)
+        except OSError as err:
+            logger.warning(f"harl: warning: store {self.folder} unwritable ({err}); the tile "
+                           "policy is not kept")
+            return False
+        return True
 
     def add_run(self, work_dir: Path, *, model_id: str, model_name: str) -> int | None:
         """Keep the searched records of the run in `work_dir` as the entry of model `model_id`
@@ -238,9 +268,7 @@ class KnowledgeStore:
                  "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                  "records": int(len(arrays["stores"])), "workloads": described}
         try:
-            self.runs.mkdir(parents=True, exist_ok=True)
-            if not (self.folder / "key.json").exists():
-                save_json(self.folder / "key.json", self.key)
+            self._claim()
             save_arrays(self.runs / f"{model_id}.npz", arrays)
             save_json(self.runs / f"{model_id}.json", entry)
         except OSError as err:
@@ -248,6 +276,12 @@ class KnowledgeStore:
                            "measurements are not kept for later runs")
             return None
         return entry["records"]
+
+    def _claim(self) -> None:
+        """Make the folder and its runs/ (OSError where it cannot), and its key.json."""
+        self.runs.mkdir(parents=True, exist_ok=True)
+        if not (self.folder / "key.json").exists():
+            save_json(self.folder / "key.json", self.key)
 
 
 def _entries_digest(entries: list[dict], min_flop: float) -> str:
