@@ -12,7 +12,8 @@ models it has never seen.
 3. writes OUT/summary.md: per held-out model and seed, the cold run's final end-to-end estimate
    (history.csv, benchlib.curves), the trials the warm run needed to reach it (as a share of the
    budget), the trials the cold run needed to reach its own final, the warm run's final, which
-   prior ranked the warm run's samples, and the store's held-out check.
+   prior ranked the warm run's samples, the store's held-out check, and the cores other
+   processes kept busy while each run measured (report.json; above a quarter, noise).
 
 Finished runs are reused (their report.json), so an interrupted bench picks up where it stopped.
 Time the final builds together with `python tools/compare_work_dirs.py MODEL OUT/cold/...
@@ -82,7 +83,9 @@ def compare(cold: RunResult, warm: RunResult, trials: int, store: Path) -> dict:
             "warm_trials": reached.trials if reached else None,
             "cold_trials": own.trials if own else None,
             "share": reached.trials / trials if reached else None,
-            "prior": warm.report.get("cost_prior_source"), "check": store_check(store)}
+            "prior": warm.report.get("cost_prior_source"), "check": store_check(store),
+            "others": (cold.report.get("measure_other_cores"),
+                       warm.report.get("measure_other_cores"))}
 
 
 def _fmt(value, pattern: str = "{:.3f}") -> str:
@@ -94,14 +97,17 @@ def summary(rows: list[dict], header: list[str], trials: int) -> str:
               _fmt(r["warm_trials"], "{}"), _fmt(r["share"], "{:.2f}"),
               _fmt(r["cold_trials"], "{}"), r["prior"] or "none",
               _fmt(r["check"].get("held_out_rho"), "{}") + " / "
-              + _fmt(r["check"].get("shipped_rho"), "{}")] for r in rows]
+              + _fmt(r["check"].get("shipped_rho"), "{}"),
+              ", ".join(_fmt(x, "{:.2f}") for x in r.get("others", (None, None)))]
+             for r in rows]
     shares = spread(r["share"] if r["share"] is not None else float("inf") for r in rows)
     ratios = spread(r["warm_ms"] / r["cold_ms"] for r in rows if r["warm_ms"] and r["cold_ms"])
     lines = ["# The store on models it has never seen", "", "```", *header, "```", "",
              markdown_table(["model", "seed", "cold final est. ms", "warm final est. ms",
                              "warm trials to cold final", "share of budget",
                              "cold trials to its final", "warm run's prior",
-                             "store rho / shipped rho"], table), ""]
+                             "store rho / shipped rho",
+                             "other cores while measuring (cold, warm)"], table), ""]
     if shares:
         reached = sum(r["share"] is not None for r in rows)
         lines.append(f"- warm runs reaching the cold run's final: {reached} of {len(rows)}; "

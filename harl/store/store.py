@@ -142,7 +142,7 @@ class KnowledgeStore:
             try:
                 loaded = from_arrays(load_arrays(Path(entry["_path"])), entry["workloads"],
                                      source=str(entry["model_id"]))
-            except (OSError, ValueError, KeyError, TypeError) as err:
+            except Exception as err:  # noqa: BLE001  (numpy and zipfile raise many kinds)
                 logger.warning(f"harl: warning: store entry {entry['_path']} unreadable "
                                f"({err}); skipped")
                 continue
@@ -164,7 +164,7 @@ class KnowledgeStore:
             return None
         min_flop = shipped.min_flop if shipped is not None else MIN_FLOP
         entries = self.entries()
-        digest = _entries_digest(entries, min_flop)
+        digest = _entries_digest(entries, min_flop, self.max_records, shipped is not None)
         cached = self._cached_prior(digest, min_flop)
         if cached is not None:
             return cached
@@ -284,10 +284,11 @@ class KnowledgeStore:
             save_json(self.folder / "key.json", self.key)
 
 
-def _entries_digest(entries: list[dict], min_flop: float) -> str:
-    """What a trained model depends on: each entry's model, date and records, and the FLOP floor."""
+def _entries_digest(entries: list[dict], *settings) -> str:
+    """What a trained model and its check depend on: each entry's model, date and records, and
+    `settings` (the FLOP floor, the record cap, whether a shipped prior was compared)."""
     described = [(e.get("model_id"), e.get("date"), e.get("records")) for e in entries]
-    return hashlib.sha256(json.dumps([described, min_flop]).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps([described, *settings]).encode()).hexdigest()[:16]
 
 
 __all__ = ["KnowledgeStore", "StorePrior", "default_store_path", "model_id"]
