@@ -3,17 +3,19 @@ models it has never seen.
 
     python tools/store_transfer.py --warm MODEL [MODEL ...] --held-out MODEL [MODEL ...]
         [--trials 64] [--warm-trials 128] [--seeds 0,1,2] [--out logs/store_transfer]
+        [--warm-config FILE.toml --warm-name NAME]
 
 1. tunes each --warm model once (seed 0, --warm-trials) into a store, OUT/store: what a user's
    earlier runs leave behind;
 2. tunes each --held-out model once per seed with an empty store (cold: harl's shipped prior
    only) and once with a copy of OUT/store (warm; the copy keeps runs of one model from
    teaching the next), both at --trials;
-3. writes OUT/summary.md: per held-out model and seed, the cold run's final end-to-end estimate
-   (history.csv, benchlib.curves), the trials the warm run needed to reach it (as a share of the
-   budget), the trials the cold run needed to reach its own final, the warm run's final, which
-   prior ranked the warm run's samples, the store's held-out check, and the cores other
-   processes kept busy while each run measured (report.json; above a quarter, noise).
+3. writes OUT/summary-WARM_NAME.md: per held-out model and seed, the cold run's final
+   end-to-end estimate (history.csv, benchlib.curves), the trials the warm run needed to reach
+   it (as a share of the budget), the trials the cold run needed to reach its own final, the
+   warm run's final, which prior ranked the warm run's samples, the store's held-out check, and
+   the cores other processes kept busy while each run measured (report.json; above a quarter,
+   noise).
 
 Finished runs are reused (their report.json), so an interrupted bench picks up where it stopped.
 Time the final builds together with `python tools/compare_work_dirs.py MODEL OUT/cold/...
@@ -53,13 +55,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warm-trials", type=int, default=128, help="budget of each warm run")
     parser.add_argument("--seeds", type=int_list, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "logs" / "store_transfer")
+    parser.add_argument("--warm-config", type=Path, default=None, metavar="FILE.toml",
+                        help="harl.tune --config for the warm runs of the held-out models (e.g. "
+                             "[store] use = \"always\": the store's cost model whatever its "
+                             "check says)")
+    parser.add_argument("--warm-name", default="warm",
+                        help="the warm arm's folder in OUT: another name keeps another arm's "
+                             "runs, and the cold runs are reused")
     return parser
 
 
-def tune(model: Path, out: Path, *, trials: int, seed: int, store: Path) -> RunResult:
-    """One harl run (reused when finished) with `store`; exits on a failed run."""
+def tune(model: Path, out: Path, *, trials: int, seed: int, store: Path,
+         config: Path | None = None) -> RunResult:
+    """One harl run (reused when finished) with `store` (and `config`); exits on a failed run."""
+    extra = ("--config", str(config)) if config is not None else ()
     result = run_tuning(RunSpec(model, model.stem, "harl", trials, seed), out, resume=True,
-                        store=store)
+                        store=store, extra_args=extra)
     print(f"  {out.name}/{model.stem} s{seed}: exit {result.exit_code}, "
           f"{result.report.get('trials_done', 0)} trials", flush=True)
     if not result.ok:
@@ -134,18 +145,19 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             empty = out / "stores" / f"cold-{model.stem}-s{seed}"
             cold = tune(model, out / "cold", trials=args.trials, seed=seed, store=empty)
-            copy = out / "stores" / f"harl-t{args.trials}-s{seed}-{model.stem}"
-            if not (out / "warm" / model.stem / f"harl-t{args.trials}-s{seed}"
+            copy = out / "stores" / f"{args.warm_name}-t{args.trials}-s{seed}-{model.stem}"
+            if not (out / args.warm_name / model.stem / f"harl-t{args.trials}-s{seed}"
                     / "report.json").is_file():
                 shutil.rmtree(copy, ignore_errors=True)
                 shutil.copytree(store, copy)
-            warm = tune(model, out / "warm", trials=args.trials, seed=seed, store=copy)
+            warm = tune(model, out / args.warm_name, trials=args.trials, seed=seed, store=copy,
+                        config=args.warm_config)
             rows.append(compare(cold, warm, args.trials, copy))
     command = "python tools/store_transfer.py " + shlex.join(argv if argv is not None
                                                              else sys.argv[1:])
     header = [command, *header_lines([])[1:]]
     text = summary(rows, header, args.trials)
-    (out / "summary.md").write_text(text)
+    (out / f"summary-{args.warm_name}.md").write_text(text)
     print(text)
     return 0
 
