@@ -271,7 +271,8 @@ def test_store_transfer_counts_the_trials_a_warm_run_needs_to_reach_the_cold_fin
     assert never["warm_trials"] is None and never["check"] == {}
     text = summary([row, never], ["command: x"], 16)
     assert "| m | 0 | 5.000 | 4.800 | 3 | 0.19 | 12 | store | 0.61 / 0.4 | -, - |" in text
-    assert "reaching the cold run's final: 1 of 2" in text
+    assert "reaching the cold run's final: 1 of 2; median share of the 16-trial budget inf " \
+        "[0.19, inf]" in text
 
 
 def test_bench_refuses_an_unknown_arm_in_one_line(tmp_path):

@@ -132,7 +132,8 @@ def test_a_run_learns_from_the_measurements_another_model_left_in_the_store(tmp_
     its samples with a cost model trained on them."""
     store = tmp_path / "store"
     config = tmp_path / "store.toml"
-    config.write_text('[store]\nuse = "always"\nmin_records = 8\nfolds = 2\n')
+    config.write_text('[store]\nuse = "always"\nmin_records = 8\nfolds = 2\n'
+                      'tile_policy = true\n')
     first = harl_tune_here(three_convs(tmp_path / "convs.onnx"), "--trials", "12",
                            "--work-dir", tmp_path / "first", "--store", store, "--no-evaluate",
                            "--config", config)

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -111,7 +113,7 @@ def summary(rows: list[dict], header: list[str], trials: int) -> str:
               + _fmt(r["check"].get("shipped_rho"), "{}"),
               ", ".join(_fmt(x, "{:.2f}") for x in r.get("others", (None, None)))]
              for r in rows]
-    shares = spread(r["share"] if r["share"] is not None else float("inf") for r in rows)
+    shares = sorted(r["share"] if r["share"] is not None else math.inf for r in rows)
     ratios = spread(r["warm_ms"] / r["cold_ms"] for r in rows if r["warm_ms"] and r["cold_ms"])
     lines = ["# The store on models it has never seen", "", "```", *header, "```", "",
              markdown_table(["model", "seed", "cold final est. ms", "warm final est. ms",
@@ -122,8 +124,9 @@ def summary(rows: list[dict], header: list[str], trials: int) -> str:
     if shares:
         reached = sum(r["share"] is not None for r in rows)
         lines.append(f"- warm runs reaching the cold run's final: {reached} of {len(rows)}; "
-                     f"median share of the {trials}-trial budget {shares.median:.2f} "
-                     f"[{shares.low:.2f}, {shares.high:.2f}] (inf: never reached)")
+                     f"median share of the {trials}-trial budget "
+                     f"{statistics.median(shares):.2f} [{shares[0]:.2f}, {shares[-1]:.2f}] "
+                     "(inf: never reached)")
     if ratios:
         lines.append(f"- warm final / cold final (estimates): median {ratios.median:.3f} "
                      f"[{ratios.low:.3f}, {ratios.high:.3f}]")
