@@ -119,18 +119,20 @@ STORE_USES = ("better", "always", "never")
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """The user-level store of what runs measured (harl.store): every run adds its records, and
-    harl's strategy ranks a new model's first samples with a cost model trained on them where
-    that ranks models left out of its training better than the shipped prior."""
+    """The user-level store of what runs measured (harl.store): every run adds its records and
+    tile policy; `use` and `tile_policy` say whether a run learns from them."""
 
     enabled: bool = doc("keep this run's measurements in the store and learn from earlier runs' "
                         "(off: the shipped prior only, nothing written)", default=True)
     path: Path | None = doc("the store's folder (default: $HARL_STORE, else "
                             "$XDG_CACHE_HOME/harl/store, else ~/.cache/harl/store); one subfolder "
                             "per target and TVM version", default=None)
-    use: str = doc("when the store's cost model ranks a run's samples: better (where it ranked "
-                   "models left out of its training better than the shipped prior), always, "
-                   "never (the store only keeps measurements)", default="better")
+    use: str = doc("when a cost model trained on the store ranks a run's samples: better "
+                   "(where it ranked models left out of its training better than the shipped "
+                   "prior), always, never (the store only keeps measurements); never by "
+                   "default: trained on the records of earlier searches it ranked a new "
+                   "model's fresh samples far worse than the shipped prior "
+                   "(docs/benchmarks.md)", default="never")
     tile_policy: bool = doc("start the tile tuner's policy from the one the store's last run "
                             "left (harl's strategy; a resumed run keeps its own); off by "
                             "default: on models it had not seen it ended 4% slower "

@@ -23,7 +23,7 @@ def open_store(config: StoreConfig, target) -> KnowledgeStore | None:
                           max_records=config.max_records, folds=config.folds)
 
 
-def choose_prior(store: KnowledgeStore | None, shipped: CostPrior | None, use: str = "better"
+def choose_prior(store: KnowledgeStore | None, shipped: CostPrior | None, use: str
                  ) -> tuple[CostPrior | None, str | None]:
     """The prior that ranks the run's first samples and where it comes from ("store" or
     "shipped"): the store's cost model where `use` is "always", or "better" and it ranked the
