@@ -224,9 +224,10 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     plan = plans[-1] if plans else None
     database, stats = resume.database, resume.stats
     tune_seconds = clock.lap("tuning")
-    keep_run(store, work_dir, model=config.model, input_shapes=config.input_shapes,
-             model_name=model.name)
-    clock.lap("store")
+    if store is not None:
+        keep_run(store, work_dir, model=config.model, input_shapes=config.input_shapes,
+                 model_name=model.name)
+        clock.lap("store")
 
     # 3. Compile, verify, time
     report = RunReport(

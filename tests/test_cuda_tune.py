@@ -29,7 +29,8 @@ def test_cuda_tune_verifies_the_model_it_tuned_on_the_gpu(cuda_run):
     assert report["trials_done"] >= 8
     assert len(trial_record_lines(work_dir)) == report["trials_done"]
     # On a GPU, TVM's DLight rules schedule what was not tuned: no picks.
-    assert list(report["phase_seconds"]) == ["setup", "tuning", "compile_verify", "timing"]
+    assert list(report["phase_seconds"]) == ["setup", "tuning", "store", "compile_verify",
+                                             "timing"]
     # A failed candidate scores infinity; each task's best must be one that ran.
     assert all(0 < task["best_ms"] < math.inf for task in report["tasks"])
 

@@ -58,7 +58,8 @@ def test_report_history_and_database_agree(mlp_run):
     # Measuring this MLP's candidates may take under the second a load is told over.
     assert report["measure_other_cores"] is None or report["measure_other_cores"] >= 0.0
     # The MLP's every task is measured, so no picks: the phases in the order they ran.
-    assert list(report["phase_seconds"]) == ["setup", "tuning", "compile_verify", "timing"]
+    assert list(report["phase_seconds"]) == ["setup", "tuning", "store", "compile_verify",
+                                             "timing"]
     assert report["phase_seconds"]["tuning"] == pytest.approx(report["tune_seconds"], abs=0.01)
     assert "wall time" in proc.stdout
     assert len(report["tasks"]) == 3 and report["trials_done"] == 7
