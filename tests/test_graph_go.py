@@ -55,13 +55,14 @@ def _nudge(policy) -> None:
 def test_a_policy_decides_every_match_of_an_unseen_graph_in_one_pass(segment):
     policy = _policy(PPOConfig(hidden=16, layers=2), segment=segment)
     _nudge(policy)
-    graphs = [_chain("axacaxac"), _chain("ac"), _chain("xaxxacaxaacxa")]  # never trained on
+    graphs = [_chain("axacaxac"), _chain("ac"), _chain("xx"),  # never trained on; no match
+              _chain("xaxxacaxaacxa")]
     observations = [GoEnv(g, lambda g: 1.0 + len(g.ops)).reset()[0] for g in graphs]
     generator = torch.Generator().manual_seed(1)
     decisions = [policy.decide(obs, generator=generator) for obs in observations]
     for obs, decision in zip(observations, decisions, strict=True):
         assert decision.take.dtype == bool and decision.take.shape == (len(obs.actions),)
-        assert decision.logprob < 0 and np.isfinite(decision.value)
+        assert (decision.logprob < 0) == bool(obs.actions) and np.isfinite(decision.value)
     assert any(d.take.any() for d in decisions) and not all(d.take.all() for d in decisions)
     # the batch's log-probs are the single decisions', each graph attended apart from the others
     batch = batch_observations(observations, len(RULES))
@@ -70,9 +71,10 @@ def test_a_policy_decides_every_match_of_an_unseen_graph_in_one_pass(segment):
     torch.testing.assert_close(logp, torch.tensor([d.logprob for d in decisions]))
     torch.testing.assert_close(values, torch.tensor([d.value for d in decisions]))
     bound = [len(obs.actions) * np.log(2) for obs in observations]  # Bernoulli entropy <= ln 2
-    assert ((entropy > 0) & (entropy <= torch.tensor(bound) + 1e-5)).all()
-    greedy = policy.decide(observations[2], greedy=True)
-    logits, _ = policy(batch_observations(observations[2:], len(RULES)))
+    assert ((entropy > 0) == torch.tensor([bool(o.actions) for o in observations])).all()
+    assert (entropy <= torch.tensor(bound) + 1e-5).all()
+    greedy = policy.decide(observations[3], greedy=True)
+    logits, _ = policy(batch_observations(observations[3:], len(RULES)))
     assert (greedy.take == (logits > 0).numpy()).all()
 
 

@@ -132,7 +132,7 @@ class GoPolicy(nn.Module):
         logits, values = self(batch)
         graphs = len(values)
         within = torch.arange(len(logits)) - batch.action_offset[batch.action_graph]
-        take = taken.reshape(graphs, -1)[batch.action_graph, within].to(logits.dtype)
+        take = taken[batch.action_graph, within].to(logits.dtype)
         # log p(take) = take * logsigmoid(l) + (1 - take) * logsigmoid(-l)
         logp_each = take * nn.functional.logsigmoid(logits) + (1 - take) * (
             nn.functional.logsigmoid(-logits))
