@@ -235,15 +235,18 @@ def test_a_go_policy_for_other_rules_is_not_used(tmp_path):
     config = PPOConfig(hidden=8, layers=1)
     names = tuple(r.name for r in ALL_RULES)
     path = tmp_path / "other.npz"
-    for rule_names in (("a", "b"), names):
+    for rule_names in (("a", "b"), names[:-1], ("extra",) + names):
         policy = make_go_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM, rules=len(rule_names),
                                 config=config, heads=2, segment=5)
         save_go_policy(path, policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                        rule_names=rule_names)
-        _, ppo, source = starting_go_policy(GoConfig(policy=str(path)), names,
-                                            node_dim=NODE_DIM, edge_dim=EDGE_DIM)
-        assert source == ("fresh" if rule_names != names else str(path))
+        loaded, ppo, source = starting_go_policy(GoConfig(policy=str(path)), names,
+                                                 node_dim=NODE_DIM, edge_dim=EDGE_DIM)
+        assert source == ("fresh" if len(rule_names) <= len(names) else str(path))
     assert ppo.hidden == 8  # a loaded policy keeps its own width
+    # trained on more rules: these rules' embeddings, in the search's order
+    assert loaded.rules == len(names) and loaded.rule_embed.weight.shape[0] == len(names)
+    torch.testing.assert_close(loaded.rule_embed.weight, policy.rule_embed.weight[1:])
 
 
 def test_go_end_to_end(tmp_path):
@@ -263,7 +266,8 @@ def test_go_end_to_end(tmp_path):
     for search in (graph, graph["second_search"]):
         assert 1 <= search["graphs_costed"] <= 8  # [graph.go] max_evals
         assert search["estimated_ms_after"] <= search["estimated_ms_before"]
-        assert search["estimated_ms_after"] <= search["go_zero_shot_estimated_ms"]
+        # a graph is cheaper by more than MIN_GAIN: sums in another order may differ by 1e-16
+        assert search["estimated_ms_after"] <= search["go_zero_shot_estimated_ms"] * (1 + 1e-9)
         assert 1 <= search["go_episodes"] <= 4 and search["go_updates"] <= 1
         assert len(search["go_path_estimated_ms"]) == len(search["go_passes"]) <= 2
     assert graph["applied"] == [label for labels in graph["go_passes"] for label in labels]

@@ -16,6 +16,7 @@ layout, fusion and placement decisions are not made here.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
@@ -160,6 +161,17 @@ class GoPolicy(nn.Module):
             greedy: bool = False) -> Decision:
         """`decide`, under the name `harl.graph.rl.ppo.Trainer` plays an episode with."""
         return self.decide(obs, greedy=greedy, generator=generator)
+
+
+def restrict_rules(policy: GoPolicy, trained: Sequence[str], wanted: Sequence[str]) -> GoPolicy:
+    """`policy`, trained over the rules named `trained`, over `wanted` (a subset, in its own
+    order): their rule embeddings kept, the others dropped. A search that leaves out some rules
+    (the layout rules beside blocked convs) uses a policy trained on all of them."""
+    rows = torch.tensor([list(trained).index(name) for name in wanted], dtype=torch.long)
+    policy.rule_embed = nn.Embedding.from_pretrained(
+        policy.rule_embed.weight.detach()[rows].clone(), freeze=False)
+    policy.rules = len(wanted)
+    return policy
 
 
 # --- saving: plain arrays and JSON, never pickle --------------------------------------------------

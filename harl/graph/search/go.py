@@ -56,9 +56,10 @@ class GoResult:
 
 def starting_go_policy(config: GoConfig, rule_names: tuple[str, ...], *, node_dim: int,
                        edge_dim: int):
-    """(policy, its PPO config, where it came from): the configured file where its rules and
-    features are these, else a fresh one (with one line saying why)."""
-    from harl.graph.rl.go_policy import load_go_policy, make_go_policy
+    """(policy, its PPO config, where it came from): the configured file where its features
+    are these and its rules include these (the others' embeddings dropped), else a fresh one
+    (with one line saying why)."""
+    from harl.graph.rl.go_policy import load_go_policy, make_go_policy, restrict_rules
 
     path = None
     if config.policy == "shipped":
@@ -69,9 +70,10 @@ def starting_go_policy(config: GoConfig, rule_names: tuple[str, ...], *, node_di
         path = Path(config.policy)
     if path is not None:
         policy, saved, manifest = load_go_policy(path)
-        if (tuple(manifest["rules"]), manifest["node_dim"], manifest["edge_dim"]) == (
-                rule_names, node_dim, edge_dim):
+        if (set(rule_names) <= set(manifest["rules"])
+                and (manifest["node_dim"], manifest["edge_dim"]) == (node_dim, edge_dim)):
             source = "shipped" if path == SHIPPED_GO_POLICY else str(path)
+            policy = restrict_rules(policy, manifest["rules"], rule_names)
             return policy, replace(config.ppo, hidden=saved.hidden, layers=saved.layers), source
         log.info("harl: graph: the GO policy in %s was trained on other rules or features; "
                  "starting from a fresh one", path)
