@@ -65,5 +65,5 @@ def test_training_mixes_graphs_and_logs_every_update(tmp_path):
                                log_path=log)
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert run["updates"] == 3 == len(lines) and run["episodes"] == 12
-    assert run["passes"] == lines[-1]["steps"] and "losses/approx_kl" in lines[-1]
+    assert run["passes_played"] == lines[-1]["steps"] and "losses/approx_kl" in lines[-1]
     assert run["estimates"] == sum(env.cost.memo.evals for env in envs.values()) >= 2
