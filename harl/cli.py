@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(greedy: the best rewrite while the estimated latency drops; "
                              "eqsat: equality saturation guided by MCTS; rl: a graph neural "
                              "network policy fine-tuned with PPO; worldmodel: that policy "
-                             "trained in a world model of the rewards), again with the tuned "
+                             "trained in a world model of the rewards; go: a policy with "
+                             "segment attention that takes or skips every rule match at once, "
+                             "trained across graphs), again with the tuned "
                              "latencies before the last share of the trials; [graph] in a "
                              "config file sets its limits (default off)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")

@@ -105,6 +105,17 @@ epochs = 5
 [graph.worldmodel.ppo]
 episodes_per_update = 2
 
+[graph.go]
+passes = 2
+max_evals = 8
+finetune_episodes = 2
+segment = 8
+
+[graph.go.ppo]
+hidden = 16
+layers = 2
+episodes_per_update = 2
+
 [verify]
 timing_seconds = 1.0
 latency_repeats = 4

@@ -1,16 +1,17 @@
 """Sample efficiency of the graph searches: the best estimated cost against real cost estimates.
 
     python tools/graph_search_budget.py MODEL.onnx [MODEL.onnx ...]
-        [--methods greedy,eqsat,rl,worldmodel] [--seeds 0,1,2] [--out logs/graph_budget]
+        [--methods greedy,eqsat,rl,worldmodel,go] [--seeds 0,1,2] [--out logs/graph_budget]
         [--config FILE.toml] [--target T]
 
 Each model is imported and its graph searched as the first search of a `python -m harl.tune
 --graph METHOD` run does it (harl.graph.pipeline.GraphStage: its rules, its conv layout pass,
 the cost model without a database), each method at its defaults (or FILE.toml's `[graph]`
-tables) with its seed (`[graph.rl] seed`, `[graph.worldmodel] seed`, `[graph.eqsat] seed`) set
-to the run's. A real step is one estimate of a distinct graph (the searches' CostMemo prices a
-graph once); after each, the run's curve gets (estimates so far, best estimated ms so far). One
-cost model per model and seed is shared by the methods (its cache saves time, not estimates).
+tables) with its seed (`[graph.rl] seed`, `[graph.worldmodel] seed`, `[graph.eqsat] seed`,
+`[graph.go] seed`) set to the run's. A real step is one estimate of a distinct graph (the
+searches' CostMemo prices a graph once); after each, the run's curve gets (estimates so far,
+best estimated ms so far). One cost model per model and seed is shared by the methods (its
+cache saves time, not estimates).
 Writes OUT/MODEL/METHOD-seedN.json (the curve and the search's graph.json fields) and
 OUT/summary.md: per method, median [min, max] over seeds of the final estimated cut (1 -
 best/initial), the real estimates, the search seconds and the estimates needed to reach 90% of
@@ -39,7 +40,7 @@ from benchlib.report import markdown_table  # noqa: E402
 
 from harl.errors import HarlError  # noqa: E402
 
-METHODS = ("greedy", "eqsat", "rl", "worldmodel")
+METHODS = ("greedy", "eqsat", "rl", "worldmodel", "go")
 SHARE = 0.9
 """the share of the best cut a run must reach to count as having reached it"""
 
@@ -83,7 +84,8 @@ def method_config(graph, method: str, seed: int):
     """The `[graph]` config of a run of `method` with its search seeded by `seed`."""
     seeded = {"rl": {"rl": dataclasses.replace(graph.rl, seed=seed)},
               "worldmodel": {"worldmodel": dataclasses.replace(graph.worldmodel, seed=seed)},
-              "eqsat": {"eqsat": dataclasses.replace(graph.eqsat, seed=seed)}}
+              "eqsat": {"eqsat": dataclasses.replace(graph.eqsat, seed=seed)},
+              "go": {"go": dataclasses.replace(graph.go, seed=seed)}}
     return dataclasses.replace(graph, method=method, **seeded.get(method, {}))
 
 

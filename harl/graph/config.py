@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harl.graph.rl.config import RlConfig, WorldModelConfig
+from harl.graph.rl.config import GoConfig, RlConfig, WorldModelConfig
 from harl.graph.rules.nchwc import LAYOUTS
 from harl.graph.search.eqsat_config import EqsatConfig
 
-METHODS = ("off", "greedy", "eqsat", "rl", "worldmodel")
+METHODS = ("off", "greedy", "eqsat", "rl", "worldmodel", "go")
 """graph searches: none, TASO-style greedy, equality saturation + MCTS, a PPO-trained graph
-neural network policy (X-RLflow), that policy trained in a learned world model (RLFlow)"""
+neural network policy (X-RLflow), that policy trained in a learned world model (RLFlow), a
+policy deciding every rule match at once, trained across graphs (GO)"""
 
 
 def _eqsat_config() -> EqsatConfig:
@@ -23,10 +24,12 @@ class GraphConfig:
     """The graph level: rewrite the imported graph before its tasks are tuned."""
 
     method: str = "off"
-    """off | greedy | eqsat | rl | worldmodel: search the graph's rewrites before tuning
+    """off | greedy | eqsat | rl | worldmodel | go: search the graph's rewrites before tuning
     (greedy: apply the best rewrite while the estimated latency drops; eqsat: equality
     saturation guided by MCTS; rl: a graph neural network policy, fine-tuned online with PPO;
-    worldmodel: that policy trained with PPO in a world model fitted on few real estimates)"""
+    worldmodel: that policy trained with PPO in a world model fitted on few real estimates;
+    go: a policy with segment attention that takes or skips every rule match in one pass,
+    zero-shot from a policy trained across graphs, optionally fine-tuned with PPO)"""
     conv_layout: str = "nchwc"
     """nchwc | imported: on a CPU, compute 2-D convs (ungrouped and depthwise) in a blocked
     channel layout, NCHW{b}c with b the target's float32 vector lanes, carried from conv to
@@ -55,6 +58,8 @@ class GraphConfig:
     """rl: episodes, horizon, cost budget and starting policy of the learned search"""
     worldmodel: WorldModelConfig = field(default_factory=WorldModelConfig)
     """worldmodel: real-estimate budget, rounds, dream episodes, the world model and PPO"""
+    go: GoConfig = field(default_factory=GoConfig)
+    """go: passes, real-estimate budget, fine-tuning episodes, attention and starting policy"""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:

@@ -1,4 +1,4 @@
-"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat|rl|worldmodel`).
+"""The graph level in a tuning run (`python -m harl.tune --graph greedy|eqsat|rl|worldmodel|go`).
 
 Before tuning, the chosen search rewrites the imported graph, priced by `GraphCostModel` (the
 cost-model prior, and the work dir's measured tasks where it holds any); the rewritten graph is
@@ -187,6 +187,7 @@ class GraphStage:
     def _search(self, mod, cost_model) -> tuple[object, dict]:
         from harl.graph.rules import search_rules
         from harl.graph.search.eqsat import eqsat
+        from harl.graph.search.go import go_search
         from harl.graph.search.greedy import greedy
         from harl.graph.search.rl import rl_search
         from harl.graph.search.worldmodel import worldmodel_search
@@ -221,6 +222,16 @@ class GraphStage:
                 "wm_dream_episodes": result.dream_episodes, "wm_rounds": result.rounds,
                 "wm_updates": result.updates, "wm_path_estimated_ms": result.path_costs,
                 "wm_quality": _finite(result.quality), "wm_metrics": _finite(result.metrics)}
+        if self.config.method == "go":
+            result = go_search(mod, cost, config=self.config.go, rules=rules)
+            return result.mod, {
+                "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
+                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
+                "search_seconds": round(result.seconds, 2), "go_policy": result.policy,
+                "go_episodes": result.episodes, "go_updates": result.updates,
+                "go_passes": result.passes, "go_path_estimated_ms": result.path_costs,
+                "go_zero_shot_estimated_ms": result.zero_shot_cost,
+                "go_skipped": result.skipped, "go_ppo": _finite(result.metrics)}
         result = eqsat(mod, cost, config=self.config.eqsat, rules=rules)
         return result.mod, {
             "applied": list(result.applied) if result.source != "original" else [],

@@ -1,6 +1,6 @@
 """The graph agents' settings: PPO's hyperparameters and the searches' budgets (`[graph.rl]`,
-`[graph.rl.ppo]`, `[graph.worldmodel]` and its `.model` and `.ppo` in a config file). Plain
-dataclasses, so that reading a config imports no torch."""
+`[graph.rl.ppo]`, `[graph.worldmodel]` and its `.model` and `.ppo`, `[graph.go]` and its
+`.ppo` in a config file). Plain dataclasses, so that reading a config imports no torch."""
 
 from __future__ import annotations
 
@@ -140,3 +140,46 @@ class WorldModelConfig:
                              "horizon >= 1")
         if self.dream_episodes < 0 or not 0.0 <= self.explore <= 1.0:
             raise ValueError("graph.worldmodel needs dream_episodes >= 0 and explore in [0, 1]")
+
+
+@dataclass(frozen=True)
+class GoConfig:
+    """The GO graph search: one policy decides, for every rule match of the graph at once,
+    whether to take it; a pass applies the taken matches and prices the graph once. Zero-shot
+    from a policy trained across a corpus of graphs (tools/train_graph_go.py), optionally
+    fine-tuned with PPO on the model's graph."""
+
+    passes: int = 3
+    """passes at most per episode (each one decision over every current match, its taken
+    matches applied, the graph priced once); an episode ends earlier when nothing is taken
+    or no match is left"""
+    max_evals: int = 30
+    """real cost estimates at most (distinct graphs costed, the start included): a pass whose
+    graph would need another ends its episode unpriced"""
+    finetune_episodes: int = 8
+    """sampled episodes played on the model's graph after the zero-shot one, the policy
+    updated by PPO after every `ppo.episodes_per_update` of them, then one more greedy
+    episode (0: zero-shot only)"""
+    max_actions: int = 400
+    """matches decided per pass at most (the first ones in the graph's order)"""
+    segment: int = 16
+    """nodes per attention segment (in the graph's topological node order); each segment
+    attends to itself and to the previous segment's output"""
+    heads: int = 4
+    """attention heads (they must divide `ppo.hidden`)"""
+    policy: str = "shipped"
+    """the starting policy: shipped (harl/data/graph_go_policy.npz where present, else a fresh
+    one), fresh (untrained: its greedy episode takes nothing), or the path of a policy .npz
+    written by tools/train_graph_go.py"""
+    seed: int = 0
+    """seed of a fresh policy's weights and of the take/skip sampling"""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO's hyperparameters for fine-tuning (a loaded policy keeps its own width, depth,
+    segment and heads)"""
+
+    def __post_init__(self) -> None:
+        if self.passes < 1 or self.max_evals < 1 or self.max_actions < 1 or self.segment < 1:
+            raise ValueError("graph.go needs passes, max_evals, max_actions and segment >= 1")
+        if self.finetune_episodes < 0 or self.heads < 1 or self.ppo.hidden % self.heads:
+            raise ValueError("graph.go needs finetune_episodes >= 0 and heads >= 1 dividing "
+                             "ppo.hidden")

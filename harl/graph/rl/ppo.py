@@ -3,7 +3,9 @@ rollout (whole episodes in a `GraphRewriteEnv`), GAE, the clipped update and its
 then saving the policy as plain arrays.
 
 The horizon ends an episode for good (X-RLflow's "done"), so the last step's value target is its
-reward alone. Several graphs train one policy: each episode runs in the env it is given.
+reward alone. Several graphs train one policy: each episode runs in the env it is given. The
+same loop trains GO's policy (`harl.graph.rl.go_policy`), whose action is a take mask over
+the observation's matches, in GO's env of passes (`harl.graph.rl.go_env`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ class Step:
     """One step of an episode."""
 
     obs: Observation
-    action: int
+    action: int | np.ndarray
+    """an index into the observation's actions (stop: their count), or GO's take mask"""
     logprob: float
     value: float
     reward: float
@@ -51,8 +54,20 @@ def gae(rewards: np.ndarray, values: np.ndarray, dones: np.ndarray, *, gamma: fl
     return advantages, advantages + np.asarray(values, dtype=np.float32)
 
 
+def stack_actions(actions: list) -> torch.Tensor:
+    """Steps' actions as one tensor: indices as (steps,); take masks of different lengths
+    (GO's, a bool per match) as (steps, longest) bool, padded with False."""
+    if not actions or not isinstance(actions[0], np.ndarray):
+        return torch.tensor(actions)
+    out = torch.zeros((len(actions), max(len(a) for a in actions)), dtype=torch.bool)
+    for i, take in enumerate(actions):
+        out[i, : len(take)] = torch.from_numpy(take.astype(bool))
+    return out
+
+
 class Trainer:
-    """A `GraphPolicy` and its optimiser, collecting episodes and updating with PPO."""
+    """A `GraphPolicy` (or a `GoPolicy`) and its optimiser, collecting episodes and updating
+    with PPO."""
 
     def __init__(self, policy: GraphPolicy, config: PPOConfig, *, seed: int = 0) -> None:
         self.policy, self.config = policy, config
@@ -87,7 +102,7 @@ class Trainer:
                                   lam=cfg.gae_lambda)
         advantages_t, returns_t = torch.from_numpy(advantages), torch.from_numpy(returns)
         old_logprobs = torch.tensor([s.logprob for s in steps], dtype=torch.float32)
-        taken = torch.tensor([s.action for s in steps])
+        taken = stack_actions([s.action for s in steps])
         order = np.arange(len(steps))
         rng = np.random.default_rng(self.updates)
         stats: dict[str, list[float]] = {"policy_loss": [], "value_loss": [], "entropy": [],
