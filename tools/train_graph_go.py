@@ -7,9 +7,11 @@ episodes beat a random take/skip policy on the held-out graphs.
 
 The corpus (tools/benchlib/graph_corpus.py) is small torch modules with random weights, none a
 benchmark model; its held-out third is never trained on. Graphs are priced as
-tools/train_graph_rl.py prices them: GraphCostModel with the shipped cost-model prior and 4
-sampled schedules per unmeasured task. Each PPO update's episodes are played on training
-graphs drawn at random, so that a batch mixes graphs. On the held-out graphs the policy's
+tools/train_graph_rl.py prices them (GraphCostModel with the shipped cost-model prior and 4
+sampled schedules per unmeasured task), after the conv layout pass and over the rules a run's
+search has on this CPU (blocked convs, no NHWC rules; --all-rules: every rule, no layout).
+Each PPO update's episodes are played on training graphs drawn at random, so that a batch
+mixes graphs. On the held-out graphs the policy's
 greedy episode (zero-shot: no update on them) is compared with a policy that takes each match
 with probability one half, for the same number of passes (the mean and the best of k of its
 episodes), and with taking every match at every pass; each line says how many estimates (passes
@@ -61,15 +63,33 @@ class Priced:
         return self.memo(graph)
 
 
-def make_envs(graph_specs, work: Path, cost_model, passes: int) -> dict[str, GoEnv]:
-    """One env per corpus graph, each with its own cost memo."""
-    from harl.graph.rules import ALL_RULES
+def product_setting(target, all_rules: bool):
+    """(rules, the conv layout pass or None) as a run's graph search on `target` has them at the
+    default config: on a CPU the blocked conv layout, and no NHWC rules; with `all_rules`, every
+    rule and no layout pass."""
+    from harl.graph.config import GraphConfig
+    from harl.graph.pipeline import conv_layout_pass
+    from harl.graph.rules import ALL_RULES, search_rules
+
+    if all_rules:
+        return ALL_RULES, None
+    layout = conv_layout_pass(target, GraphConfig())
+    return search_rules(blocked_convs=layout is not None), layout
+
+
+def make_envs(graph_specs, work: Path, cost_model, passes: int, *, rules,
+              layout=None) -> dict[str, GoEnv]:
+    """One env per corpus graph over `rules`, each with its own cost memo; a graph is priced
+    after `layout` (the conv layout pass), as a run prices it."""
     from harl.graph.search.common import CostMemo
+
+    def price(graph) -> float:
+        return cost_model.estimate(graph.mod if layout is None else layout(graph.mod)).total_ms
 
     envs = {}
     for spec in graph_specs:
-        memo = CostMemo(lambda g: cost_model.estimate(g.mod).total_ms, key=lambda g: g.key())
-        graph = RelaxGraph(relax_graph_of(spec, work), ALL_RULES)
+        memo = CostMemo(price, key=lambda g: g.key())
+        graph = RelaxGraph(relax_graph_of(spec, work), rules)
         envs[spec.name] = GoEnv(graph, Priced(memo), passes=passes)
     return envs
 
@@ -181,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                              "the trained policy and from a fresh one")
     parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
                         help="PPOConfig fields to change, e.g. entropy_coef=0.03")
+    parser.add_argument("--all-rules", action="store_true",
+                        help="every rule and no conv layout pass (default: the rules and layout "
+                             "a run's search has on this CPU)")
     parser.add_argument("--force", action="store_true",
                         help="write the policy even where it does not beat random")
     args = parser.parse_args(argv)
@@ -193,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
 
     (args.work / "corpus").mkdir(parents=True, exist_ok=True)
     train_specs, held_specs = split(specs())
-    cost_model = GraphCostModel(parse_target("llvm"), samples=SAMPLES)
-    held = make_envs(held_specs, args.work / "corpus", cost_model, args.passes)
+    target = parse_target("llvm")
+    cost_model = GraphCostModel(target, samples=SAMPLES)
+    rules, layout = product_setting(target, args.all_rules)
+    held = make_envs(held_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
+                     layout=layout)
     if args.evaluate is not None:
         policy, _, _ = load_go_policy(args.evaluate)
         result = evaluate(held, policy, k=args.k, seed=args.seed)
@@ -206,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
     config = PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
                           for key, value in (item.split("=", 1) for item in args.ppo)})
-    envs = make_envs(train_specs, args.work / "corpus", cost_model, args.passes)
+    envs = make_envs(train_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
+                     layout=layout)
     rule_names = next(iter(envs.values())).start.rule_names
     policy = make_go_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM, rules=len(rule_names),
                             config=config, heads=args.heads, segment=args.segment,
@@ -239,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     save_go_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM,
                    edge_dim=EDGE_DIM, rule_names=rule_names, manifest={
                        "trained_by": "tools/train_graph_go.py", "cost": COST,
+                       "conv_layout": "imported" if layout is None else "nchwc",
                        "passes_per_episode": args.passes,
                        "corpus": {"train": [s.name for s in train_specs],
                                   "held_out": [s.name for s in held_specs]},
