@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import itertools
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchlib
@@ -32,7 +30,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run f
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
+from benchlib.graph_corpus import ppo_across_graphs, relax_graph_of, specs, split  # noqa: E402
 
 from harl.graph.rl.config import PPOConfig  # noqa: E402
 from harl.graph.rl.env import GraphRewriteEnv  # noqa: E402
@@ -122,27 +120,8 @@ def online(envs: dict[str, GraphRewriteEnv], policy: str) -> dict:
 def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, minutes: float,
           seed: int, log_path: Path) -> dict:
     """PPO over the training graphs: each update's episodes on graphs drawn at random."""
-    rng, names = np.random.default_rng(seed), sorted(envs)
-    start, steps_total, update = time.perf_counter(), 0, 0
-    with log_path.open("w") as log:
-        for update in range(1, updates + 1):
-            steps = list(itertools.chain.from_iterable(
-                trainer.episode(envs[names[rng.integers(len(names))]])
-                for _ in range(trainer.config.episodes_per_update)))
-            steps_total += len(steps)
-            metrics = trainer.update(steps)
-            elapsed = time.perf_counter() - start
-            log.write(json.dumps({"update": update, "steps": steps_total,
-                                  "seconds": round(elapsed, 1), **metrics}) + "\n")
-            if update % 10 == 0:
-                print(f"update {update}: {steps_total} steps, {elapsed:.0f} s, return "
-                      f"{metrics['charts/episode_return']:.3g}, entropy "
-                      f"{metrics['losses/entropy']:.3g}, kl {metrics['losses/approx_kl']:.3g}",
-                      flush=True)
-            if elapsed > 60 * minutes:
-                break
-    return {"updates": update, "episodes": trainer.episodes, "steps": steps_total,
-            "seconds": round(time.perf_counter() - start, 1)}
+    return ppo_across_graphs(envs, trainer, updates=updates, minutes=minutes, seed=seed,
+                             log_path=log_path)
 
 
 def main(argv: list[str] | None = None) -> int:
