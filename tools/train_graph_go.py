@@ -38,7 +38,12 @@ from benchlib.graph_corpus import ppo_across_graphs, relax_graph_of, specs, spli
 
 from harl.graph.rl.config import GoConfig, PPOConfig  # noqa: E402
 from harl.graph.rl.go_env import GoEnv  # noqa: E402
-from harl.graph.rl.go_policy import load_go_policy, make_go_policy, save_go_policy  # noqa: E402
+from harl.graph.rl.go_policy import (  # noqa: E402
+    load_go_policy,
+    make_go_policy,
+    restrict_rules,
+    save_go_policy,
+)
 from harl.graph.rl.ppo import Trainer  # noqa: E402
 from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM, RelaxGraph  # noqa: E402
 from harl.graph.search.go import SHIPPED_GO_POLICY  # noqa: E402
@@ -201,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     held = make_envs(held_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
                      layout=layout)
     if args.evaluate is not None:
-        policy, _, _ = load_go_policy(args.evaluate)
+        policy, _, manifest = load_go_policy(args.evaluate)
+        offered = [rule.name for rule in rules]
+        if list(manifest["rules"]) != offered:  # as a search that offers fewer rules uses it
+            policy = restrict_rules(policy, manifest["rules"], offered)
         result = evaluate(held, policy, k=args.k, seed=args.seed)
         _say(f"{args.evaluate} on the held-out graphs", result["mean"])
         if args.online:
