@@ -254,11 +254,12 @@ def test_go_end_to_end(tmp_path):
 
     config = tiny_graph_config(tmp_path)
     work_dir = tmp_path / "run"
+    # Tuning only: the graph stage checks the rewritten graph against the original itself (the
+    # model's compile and check after tuning are the other searches' end-to-end tests').
     proc = harl_tune_here(EXAMPLES / "transformer_block.onnx", "--graph", "go", "--trials", 4,
-                          "--work-dir", work_dir, "--config", config)
+                          "--work-dir", work_dir, "--config", config, "--no-evaluate")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((work_dir / "report.json").read_text())
-    assert report["verified"] is True
     graph = report["graph"]
     assert graph["method"] == "go" and graph.get("dropped") is None
     assert graph["go_policy"] == ("shipped" if SHIPPED_GO_POLICY.is_file() else "fresh")
