@@ -39,8 +39,8 @@ from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
-from harl.search.cost_prior import CostPrior, load_cost_prior
-from harl.store.in_run import choose_prior, keep_run, open_store, start_policy
+from harl.search.cost_prior import CostPrior
+from harl.store.in_run import keep_run, open_store, run_prior, start_policy
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
 from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
@@ -181,16 +181,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         logger.info(f"harl: measuring on RPC key {config.rpc.key!r} at "
                     f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
     store = open_store(config.store, target)
-    cost_prior, prior_source = None, None
-    if asked_prior:
-        cost_prior, prior_source = choose_prior(store, load_cost_prior(target),
-                                                  config.store.use)
-        if cost_prior is not None and not any(cost_prior.applies_to(t.mod) for t in tasks):
-            cost_prior, prior_source = None, None  # every task is too small for it
-        if cost_prior is not None:
-            logger.info("harl: a cost model trained on other workloads ranks the samples of "
-                        f"tasks of {cost_prior.min_flop / 1e6:g} MFLOP or more, alone until the "
-                        "run's model has learned the task (--no-prior: the run's model only)")
+    cost_prior, prior_source = (run_prior(store, target, tasks, config.store.use)
+                                if asked_prior else (None, None))
     initial_policy = start_policy(store, config.store) if config.strategy == "harl" else None
     resume = resume_state(work_dir, tasks)
     # With --graph, the trials of every graph tuned count (--trials caps them all).

@@ -73,6 +73,18 @@ def prior_mismatch(manifest: dict, target) -> str | None:
     return None
 
 
+def trained_model(path: Path):
+    """TVM's XGBModel (Python side) holding the booster saved at `path` (XGBoost's own format):
+    the shipped prior's and the store's trained model load through here."""
+    import xgboost as xgb
+
+    model = xgb_trainer(num_warmup_samples=0)
+    booster = xgb.Booster()
+    booster.load_model(str(path))
+    model.booster = booster
+    return model
+
+
 def load_cost_prior(target, folder: Path = DATA_DIR) -> CostPrior | None:
     """The shipped prior when it applies to `target`; None otherwise, or when it is missing or
     unreadable (then with a warning: the run goes on without it)."""
@@ -85,11 +97,8 @@ def load_cost_prior(target, folder: Path = DATA_DIR) -> CostPrior | None:
         manifest = json.loads(manifest_path.read_text())
         if prior_mismatch(manifest, target) is not None:
             return None
-        model = xgb_trainer(num_warmup_samples=0)
-        booster = xgb.Booster()
-        booster.load_model(str(model_path))
-        model.booster = booster
-        return CostPrior(model, float(manifest["held_out_rho"]), float(manifest["min_flop"]))
+        return CostPrior(trained_model(model_path), float(manifest["held_out_rho"]),
+                         float(manifest["min_flop"]))
     except (OSError, ValueError, KeyError, TypeError, xgb.core.XGBoostError) as err:
         from harl.report.history import one_line_error
 

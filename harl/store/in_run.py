@@ -56,6 +56,21 @@ def choose_prior(store: KnowledgeStore | None, shipped: CostPrior | None, use: s
     return trained.prior, "store"
 
 
+def run_prior(store: KnowledgeStore | None, target, tasks, use: str
+              ) -> tuple[CostPrior | None, str | None]:
+    """The prior that ranks a harl run's first samples on `target` and where it comes from (see
+    `choose_prior`); None where every task of `tasks` is too small for it."""
+    from harl.search.cost_prior import load_cost_prior
+
+    prior, source = choose_prior(store, load_cost_prior(target), use)
+    if prior is None or not any(prior.applies_to(task.mod) for task in tasks):
+        return None, None
+    logger.info("harl: a cost model trained on other workloads ranks the samples of tasks of "
+                f"{prior.min_flop / 1e6:g} MFLOP or more, alone until the run's model has "
+                "learned the task (--no-prior: the run's model only)")
+    return prior, source
+
+
 def start_policy(store: KnowledgeStore | None, config: StoreConfig) -> dict | None:
     """The tile policy's arrays a run starts from: the store's, where it is asked for."""
     if store is None or not config.tile_policy:

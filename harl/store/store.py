@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harl.agents.checkpoint import load_arrays, save_arrays, save_json, write_atomically
-from harl.search.cost_prior import CostPrior
+from harl.search.cost_prior import CostPrior, trained_model
 from harl.store import prior_training
 from harl.store.key import key_digest, store_key
 from harl.store.rows import MeasuredWorkload, from_arrays, read_workloads, to_arrays
@@ -190,17 +190,12 @@ class KnowledgeStore:
             return None
         import xgboost as xgb
 
-        from harl.tvm_adapter import xgb_trainer
-
         try:
             manifest = json.loads(manifest_path.read_text())
             if manifest.get("digest") != digest:
                 return None
-            model = xgb_trainer(num_warmup_samples=0)
-            booster = xgb.Booster()
-            booster.load_model(str(model_path))
-            model.booster = booster
-            return StorePrior(CostPrior(model, manifest["held_out_rho"] or 0.0, min_flop),
+            return StorePrior(CostPrior(trained_model(model_path),
+                                        manifest["held_out_rho"] or 0.0, min_flop),
                               models=int(manifest["models"]), records=int(manifest["records"]),
                               held_out_rho=manifest["held_out_rho"],
                               shipped_rho=manifest["shipped_rho"])
