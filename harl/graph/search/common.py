@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from harl.graph.rule import Match, Rule
 
@@ -83,3 +84,24 @@ def main_structure(mod) -> int:
     import tvm_ffi
 
     return tvm_ffi.structural_hash(mod["main"], map_free_vars=True)
+
+
+@dataclass
+class LearnedSearchResult:
+    """What a learned graph search (rl, worldmodel, go) returns: the cheapest graph it costed
+    and how it got there; each search adds its own counts."""
+
+    mod: object
+    applied: list[str]
+    initial_cost: float
+    cost: float
+    evals: int = 0
+    """real cost estimates (distinct graphs costed)"""
+    updates: int = 0
+    """PPO updates of the policy"""
+    metrics: dict = field(default_factory=dict)
+    """the last update's diagnostics"""
+    seconds: float = 0.0
+    path_costs: list[float] = field(default_factory=list)
+    """the cost after each step of `applied` (go: each pass); one above `initial_cost` is a
+    detour"""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harl.graph.rl.config import GoConfig
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo
+from harl.graph.search.common import Cost, CostMemo, LearnedSearchResult
 
 log = logging.getLogger(__name__)
 
@@ -27,31 +27,20 @@ SHIPPED_GO_POLICY = Path(__file__).resolve().parents[2] / "data" / "graph_go_pol
 
 
 @dataclass
-class GoResult:
-    """The cheapest graph really costed and how it was found."""
+class GoResult(LearnedSearchResult):
+    """The cheapest graph really costed (`evals` counts the start) and how it was found;
+    `path_costs` is the cost after each pass of `passes`."""
 
-    mod: object
-    applied: list[str]
-    initial_cost: float
-    cost: float
-    evals: int = 0
-    """real cost estimates (distinct graphs costed, the start included)"""
     episodes: int = 0
     """episodes played: the zero-shot one, the sampled ones, the last greedy one"""
-    updates: int = 0
     policy: str = "fresh"
     """where the starting policy came from: shipped, fresh, or its path"""
     passes: list[list[str]] = field(default_factory=list)
     """the rewrites each pass of the cheapest graph's episode applied"""
-    path_costs: list[float] = field(default_factory=list)
-    """the cost after each of those passes"""
     zero_shot_cost: float = float("nan")
     """the cost the zero-shot (first greedy) episode ended at"""
     skipped: int = 0
     """taken matches skipped over all passes: an earlier rewrite of their pass changed them"""
-    metrics: dict = field(default_factory=dict)
-    """the last PPO update's diagnostics"""
-    seconds: float = 0.0
 
 
 def starting_go_policy(config: GoConfig, rule_names: tuple[str, ...], *, node_dim: int,

@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harl.graph.rl.config import RlConfig
 from harl.graph.rl.ppo import Trainer, load_policy, make_policy
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo
+from harl.graph.search.common import Cost, CostMemo, LearnedSearchResult
 
 log = logging.getLogger(__name__)
 
@@ -27,23 +27,12 @@ SHIPPED_POLICY = Path(__file__).resolve().parents[2] / "data" / "graph_rl_policy
 
 
 @dataclass
-class RlResult:
+class RlResult(LearnedSearchResult):
     """The cheapest graph reached and how it was found."""
 
-    mod: object
-    applied: list[str]
-    initial_cost: float
-    cost: float
-    evals: int = 0
     episodes: int = 0
-    updates: int = 0
     policy: str = "fresh"
     """where the starting policy came from: shipped, fresh, or its path"""
-    metrics: dict = field(default_factory=dict)
-    """the last PPO update's diagnostics"""
-    seconds: float = 0.0
-    path_costs: list[float] = field(default_factory=list)
-    """the cost after each rewrite of `applied`: one above `initial_cost` is a detour"""
 
 
 def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: int,

@@ -16,32 +16,21 @@ from dataclasses import dataclass, field
 
 from harl.graph.rl.config import WorldModelConfig
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost
+from harl.graph.search.common import Cost, LearnedSearchResult
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class WorldModelResult:
-    """The cheapest graph really costed and how it was found."""
+class WorldModelResult(LearnedSearchResult):
+    """The cheapest graph really costed and how it was found (`metrics`: the last refit's
+    losses and the last PPO update's diagnostics)."""
 
-    mod: object
-    applied: list[str]
-    initial_cost: float
-    cost: float
-    evals: int = 0
-    """real cost estimates (distinct graphs costed)"""
     real_episodes: int = 0
     dream_episodes: int = 0
-    updates: int = 0
     rounds: int = 0
     quality: dict = field(default_factory=dict)
     """the world model's scores on real transitions it had not been fitted on"""
-    metrics: dict = field(default_factory=dict)
-    """the last refit's losses and the last PPO update's diagnostics"""
-    seconds: float = 0.0
-    path_costs: list[float] = field(default_factory=list)
-    """the cost after each rewrite of `applied`"""
 
 
 def worldmodel_search(mod, cost: Cost, *, config: WorldModelConfig | None = None,
