@@ -134,7 +134,8 @@ class StoreConfig:
                    "model's fresh samples far worse than the shipped prior "
                    "(docs/benchmarks.md)", default="never")
     tile_policy: bool = doc("start the tile tuner's policy from the one the store's last run "
-                            "left (harl's strategy; a resumed run keeps its own); off by "
+                            "that trained one (`search.tile.method = \"ppo\"`) left (harl's "
+                            "strategy; a resumed run keeps its own); off by "
                             "default: on models it had not seen it ended 4% slower "
                             "(docs/experiments.md)", default=False)
     min_records: int = doc("measured records of tasks it would rank before a cost model is "

@@ -218,7 +218,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     tune_seconds = clock.lap("tuning")
     if store is not None:
         keep_run(store, work_dir, model=config.model, input_shapes=config.input_shapes,
-                 model_name=model.name)
+                 model_name=model.name, policy_trained=config.strategy == "harl"
+                 and config.search.tile.method == "ppo")
         clock.lap("store")
 
     # 3. Compile, verify, time

@@ -136,7 +136,7 @@ ARMS = {
                     '[search.tile]\nmethod = "random-moves"\nadaptive = false\n'
                     '[nests]\nmeasure = false\n',
     "tvm-allocator": 'cost_prior = false\n[allocator]\nmethod = "gradient"\n'
-                     '[search.tile]\nmethod = "prior-only"\n',
+                     '[search.tile]\nmethod = "ppo"\n',
     "evolutionary": '[search.tile]\nmethod = "evolutionary"\n',
 }
 
@@ -158,7 +158,8 @@ def test_every_arm_tunes_and_verifies_end_to_end(tmp_path, arm):
         assert not any(key.startswith(("alloc/", "tile/policy")) for key in keys)
     elif arm == "tvm-allocator":
         assert report["config"]["allocator"]["method"] == "gradient"
-        assert not any(key.startswith(("alloc/", "tile/policy_loss")) for key in keys)
+        assert report["config"]["search"]["tile"]["method"] == "ppo"
+        assert not any(key.startswith("alloc/") for key in keys)
     else:  # MetaSchedule's search: none of the sketch chooser's or tile tuner's metrics
         assert "alloc/chosen_value" in keys
         assert not any(key.startswith(("tile/", "sketch/")) for key in keys)

@@ -57,11 +57,14 @@ task (harl's plan builds that one: `harl.search.harl`)"""
 class TileTunerConfig:
     """Hyperparameters of the tile tuner."""
 
-    method: str = "ppo"
+    method: str = "prior-only"
     """ppo | prior-only | random-moves | evolutionary: the policy that picks each trajectory's
     moves is trained with PPO, or stays the cost model's prior (never trained), or picks
     uniformly among the legal scored moves; `evolutionary` replaces the sketch chooser and tile
-    tuner by MetaSchedule's evolutionary search inside harl's loop (ablation arms)"""
+    tuner by MetaSchedule's evolutionary search inside harl's loop (ablation arms). prior-only
+    by default: PPO gets 1-21 updates a run, its critic explains none of the return's variance
+    and its clip fraction stays 0, and trained it was no faster on the development models nor
+    on the held-out ones (docs/benchmarks.md, ablation arms)"""
     adaptive: bool = True
     """adapt exploration (epsilon, the fresh share, trajectory length) to whether the task's
     batches improve; off: they keep their initial values (an ablation arm)"""

@@ -82,14 +82,14 @@ def start_policy(store: KnowledgeStore | None, config: StoreConfig) -> dict | No
 
 
 def keep_run(store: KnowledgeStore | None, work_dir: Path, *, model: Path,
-             input_shapes: dict, model_name: str) -> None:
-    """Add the run's measurements and its tile policy to the store (a failure is warned about,
-    never raised)."""
+             input_shapes: dict, model_name: str, policy_trained: bool) -> None:
+    """Add the run's measurements, and its tile policy where the run trained one
+    (`policy_trained`), to the store (a failure is warned about, never raised)."""
     if store is None:
         return
     try:
         policy = work_dir / AGENTS_DIR / POLICY_FILE
-        if policy.is_file():
+        if policy_trained and policy.is_file():
             store.add_policy(load_arrays(policy))
         kept = store.add_run(work_dir, model_id=model_id(model, input_shapes),
                              model_name=model_name)

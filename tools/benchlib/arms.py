@@ -1,8 +1,8 @@
 """Benchmark arms: a harl.tune strategy plus config settings, each written as a `--config` file.
 
 An ablation arm is harl with one part switched off or replaced (MetaSchedule's task scheduler,
-uniform sketches, prior-only tiles, ...); the bench tunes it beside full harl at equal trials and
-paired seeds, so that each part's worth shows as a ratio against harl.
+uniform sketches, a PPO-trained tile policy, ...); the bench tunes it beside full harl at equal
+trials and paired seeds, so that each part's worth shows as a ratio against harl.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ class Arm:
     """harl.tune --strategy"""
     settings: Mapping[str, str | bool | int | float] = field(default_factory=dict, hash=False)
     """config values by dotted path (`search.tile.method`), as in a --config file's tables"""
+    ablation: bool = True
+    """one of the arms `ablation` expands to (a harl arm that changes a default)"""
 
 
 ARMS: dict[str, Arm] = {arm.name: arm for arm in (
@@ -36,7 +38,9 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
     Arm("alloc-gradient", "harl", {"allocator.method": "gradient"}),
     Arm("alloc-round-robin", "harl", {"allocator.method": "round-robin"}),
     Arm("sketch-uniform", "harl", {"search.sketch.method": "uniform"}),
-    Arm("tile-prior-only", "harl", {"search.tile.method": "prior-only"}),
+    Arm("tile-ppo", "harl", {"search.tile.method": "ppo"}),
+    # the default spelled out, for the commands of benchmarks run when PPO was the default
+    Arm("tile-prior-only", "harl", {"search.tile.method": "prior-only"}, ablation=False),
     Arm("tile-random-moves", "harl", {"search.tile.method": "random-moves"}),
     Arm("tile-evolutionary", "harl", {"search.tile.method": "evolutionary"}),
     Arm("fixed-exploration", "harl", {"search.tile.adaptive": False}),
@@ -51,7 +55,8 @@ ARMS: dict[str, Arm] = {arm.name: arm for arm in (
 """every arm the bench knows, by name"""
 
 ABLATION_ARMS: tuple[str, ...] = tuple(
-    name for name, arm in ARMS.items() if arm.strategy == "harl" and name != "harl")
+    name for name, arm in ARMS.items()
+    if arm.strategy == "harl" and name != "harl" and arm.ablation)
 """harl with one part changed: each is compared with full harl"""
 
 
