@@ -95,7 +95,8 @@ def main() -> None:
               "model_mflop": model_flop / 1e6, "model_gflops": model_flop / (model_ms * 1e6),
               "threads": threads, "fma_peak_gflops": peak.gflops_all_cores,
               "fma_peak_one_core_gflops": peak.gflops_one_core, "fma_lanes": peak.lanes,
-              "cpu_mhz": mhz, "theoretical_peak_gflops": theoretical_peak_gflops(threads, mhz)}
+              "cpu_mhz": mhz,
+              "theoretical_peak_gflops": theoretical_peak_gflops(threads, mhz, peak.lanes)}
     print_table(header, rows, args.top)
     if args.json is not None:
         args.json.write_text(json.dumps({**header, "kernels": rows}, indent=2) + "\n")
@@ -165,7 +166,8 @@ def print_table(header: dict, rows: list[dict], top: int) -> None:
     peak, theory = header["fma_peak_gflops"], header["theoretical_peak_gflops"]
     theory_text = ("unknown (no clock in /proc/cpuinfo)" if theory is None else
                    f"{theory:.1f} = {header['threads']} cores x {header['cpu_mhz'] / 1e3:.2f} GHz "
-                   "x 2 FMA units x 8 lanes (256 bit) x 2")
+                   f"(the clock /proc/cpuinfo reports) x 2 FMA units x {header['fma_lanes']} "
+                   f"lanes ({32 * header['fma_lanes']} bit) x 2")
     print(f"fp32 FMA peak on {header['threads']} threads: measured {peak:.1f} GFLOP/s "
           f"({header['fma_peak_one_core_gflops']:.1f} on one; {header['fma_lanes']}-lane FMAs), "
           f"theoretical {theory_text}")

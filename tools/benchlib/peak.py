@@ -98,9 +98,11 @@ def measure_peak(folder: Path, threads: int, seconds: float = 0.5, repeats: int 
     return PeakResult(every, one, kernel.fma_lanes(), threads, compiler)
 
 
-def theoretical_peak_gflops(cores: int, mhz: float | None) -> float | None:
-    """cores x clock x 2 FMA units x 8 fp32 lanes (256 bit) x 2 FLOP per FMA."""
-    return None if mhz is None else cores * mhz / 1e3 * 2 * 8 * 2
+def theoretical_peak_gflops(cores: int, mhz: float | None, lanes: int = 8) -> float | None:
+    """cores x clock x 2 FMA units x `lanes` fp32 lanes (8: 256 bit; the widest FMA the peak
+    kernel was built for) x 2 FLOP per FMA. Under a hypervisor the clock is often the nominal
+    one, below the boost the cores run at: the measured peak can exceed this."""
+    return None if mhz is None else cores * mhz / 1e3 * 2 * lanes * 2
 
 
 class NumpyMatmul:

@@ -114,7 +114,7 @@ def run_roofline(args: argparse.Namespace, out: Path, header: list[str]) -> dict
     cores, mhz = usable_cores(), cpu_mhz()
     print("bench: measuring the FMA peak ...", flush=True)
     peak = measure_peak(folder, threads=cores)
-    theory = theoretical_peak_gflops(cores, mhz)
+    theory = theoretical_peak_gflops(cores, mhz, peak.lanes)
 
     results = {}
     matmul = matmul_kernel(folder, args.roofline_size)
@@ -149,8 +149,7 @@ def format_roofline(header: list[str], s: dict) -> str:
     theory = s["theoretical_peak_gflops"]
     theory_text = ("unknown (no clock in /proc/cpuinfo)" if theory is None else
                    f"{theory:.1f} GFLOP/s = {s['cores']} cores x {s['cpu_mhz'] / 1e3:.2f} GHz "
-                   f"(as /proc/cpuinfo reports it) x 2 FMA units x 8 lanes x 2; twice that if "
-                   f"each core has two 512-bit FMA units")
+                   f"(as /proc/cpuinfo reports it) x 2 FMA units x {s['fma_lanes']} lanes x 2")
     peak, ceiling = s["fma_peak_gflops"], s["numpy_matmul_gflops"]
     lines = ["# Roofline", "", "```", *header, "```", "",
              f"- measured fp32 peak: {peak:.1f} GFLOP/s on {s['cores']} threads "
