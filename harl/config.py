@@ -138,6 +138,10 @@ class StoreConfig:
                             "strategy; a resumed run keeps its own); off by "
                             "default: on models it had not seen it ended 4% slower "
                             "(docs/experiments.md)", default=False)
+    schedules: bool = doc("offer the best states earlier runs measured (other models' "
+                          "tasks with the same loops: the same conv or matmul) among the "
+                          "first candidates of this run's tasks (harl's strategy)",
+                          default=False)
     min_records: int = doc("measured records of tasks it would rank before a cost model is "
                            "trained on the store", default=256)
     max_records: int = doc("the newest runs' records a cost model is trained on at most",

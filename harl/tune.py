@@ -40,7 +40,7 @@ from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior
-from harl.store.in_run import keep_run, open_store, run_prior, start_policy
+from harl.store.in_run import keep_run, open_store, run_prior, start_policy, stored_schedules
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
 from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
@@ -183,7 +183,9 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     store = open_store(config.store, target)
     cost_prior, prior_source = (run_prior(store, target, tasks, config.store.use)
                                 if asked_prior else (None, None))
-    initial_policy = start_policy(store, config.store) if config.strategy == "harl" else None
+    initial_policy, offers = ((start_policy(store, config.store),
+                               stored_schedules(store, config.store))
+                              if config.strategy == "harl" else (None, []))
     resume = resume_state(work_dir, tasks)
     # With --graph, the trials of every graph tuned count (--trials caps them all).
     resumed = trials_in(resume.database) if graph else resume.prior.trials
@@ -198,7 +200,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     stage_clock = StageClock()
     step = functools.partial(_tune_step, target=target, work_dir=work_dir, config=config,
                              batch=batch, num_cores=num_cores, cost_prior=cost_prior,
-                             initial_policy=initial_policy, clock=stage_clock)
+                             initial_policy=initial_policy, stored_offers=offers,
+                             clock=stage_clock)
     first = first_budget(config.trials, config.graph) if graph else config.trials
     plans = [step(tasks, resume, trials=first - resumed, done=resumed)]
     if graph is not None:
@@ -282,7 +285,7 @@ def step_seed(seed: int, done: int) -> int:
 
 def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, work_dir: Path,
                config: TuneConfig, batch: int, num_cores: int, cost_prior, initial_policy,
-               clock: StageClock):
+               stored_offers, clock: StageClock):
     """Tune `tasks` for `trials` more trials (`done` already measured); returns the search plan,
     or None where no trial is left."""
     if trials <= 0:
@@ -292,7 +295,7 @@ def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, wor
                      overlap=config.rpc is not None,  # the farm's futures are pending
                      cost_prior=cost_prior, search=config.search, allocator=config.allocator,
                      nests=config.nests, cost_model=config.cost_model,
-                     initial_policy=initial_policy)
+                     initial_policy=initial_policy, stored_offers=stored_offers)
     settings = LoopSettings(trials=trials, trials_per_batch=batch, seed=seed,
                             num_cores=num_cores)
     progress = Progress(config.trials, enabled=False if config.quiet else None, done_before=done)

@@ -1,5 +1,7 @@
 """A task's best state offered to the run's other tasks whose sketches have the same loops."""
 
+import json
+
 import tvm
 from conftest import matmul_module
 from test_harl_search import fake_latency, make_strategy
@@ -10,9 +12,11 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from harl.agents.tile_tuner import Site
 from harl.search.search_config import HarlSearchConfig
 from harl.search.sibling_transfer import (
+    FOREIGN,
     Offer,
     SiblingBoard,
     carried_sibling_state,
+    offers_from_json,
     signature_of,
 )
 from harl.search.trace_sites import state_of
@@ -86,3 +90,26 @@ def test_a_sibling_task_measures_the_other_tasks_best_in_its_first_batch():
     alone.pre_tuning(8, 4, alone_spaces, None, ms.cost_model.RandomModel())
     assert alone.generate_measure_candidates()  # switched off: nothing offered is carried
     assert not alone.carried
+
+
+def test_the_board_outlives_the_run_as_json_and_damaged_entries_are_left_out():
+    board, key = SiblingBoard(), signature_of(LOCATED, STATE)
+    board.publish(0, key, LOCATED, 2e-3, STATE)
+    board.publish(1, key, LOCATED, 1e-3, ((1, 1, 1, 64), (64, 1), 8, 1))
+    board.publish(1, ("other",), TILES, 5e-3, ((64, 1, 1, 1), (1, 32)))
+    saved = json.loads(json.dumps(board.to_json()))
+    assert len(saved) == 2  # the fastest state of each signature
+    offers = offers_from_json([*saved, {"sites": [["tile", 2, 0]], "state": [3]},
+                               {"latency_s": 1.0}, "garbage"])
+    assert sorted((o.latency_s, o.state) for o in offers) == [
+        (1e-3, ((1, 1, 1, 64), (64, 1), 8, 1)), (5e-3, ((64, 1, 1, 1), (1, 32)))]
+    assert all(o.task_id == FOREIGN and o.sites in (LOCATED, TILES) for o in offers)
+    assert offers_from_json({"not": "a list"}) == []
+
+    later = SiblingBoard(foreign=offers)  # a resumed run, or another model's through the store
+    assert [o.latency_s for o in later.offers(0, key)] == [1e-3]
+    later.publish(0, key, LOCATED, 5e-4, STATE)
+    assert [o.latency_s for o in later.offers(3, key)] == [5e-4, 1e-3]
+    assert later.add_foreign([Offer(FOREIGN, 9e-3, LOCATED, STATE)]) == 0  # slower: not kept
+    assert [o.latency_s for o in later.offers(3, key)] == [5e-4, 1e-3]
+    assert [entry["latency_s"] for entry in later.to_json()] == [5e-4]  # its own tasks' only

@@ -116,6 +116,24 @@ def test_the_tile_policy_is_kept_for_the_next_run_and_a_damaged_one_is_not_used(
     assert store.policy() is None and "unreadable" in caplog.records[-1].getMessage()
 
 
+def test_schedules_are_kept_per_model_and_read_back_fastest_per_loops(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="harl")
+    store = KnowledgeStore(tmp_path, parse_target(CPU_A))
+    assert store.schedules() == []
+    sites, state = [["tile", 2, 0]], [[8, 8]]
+    assert store.add_schedules([{"latency_s": 2e-3, "sites": sites, "state": state}],
+                               model_id="a")
+    assert store.add_schedules([{"latency_s": 1e-3, "sites": sites, "state": [[4, 16]]},
+                                {"latency_s": 5e-3, "sites": sites, "state": [[1, 32]]}],
+                               model_id="b")
+    assert [(o.latency_s, o.state) for o in store.schedules()] == [
+        (1e-3, ((4, 16),)), (5e-3, ((1, 32),))]  # one per loop extent (64 and 32)
+    (store.folder / "schedules" / "b.json").write_text("{cut sh")
+    assert [o.latency_s for o in store.schedules()] == [2e-3]
+    assert "unreadable" in caplog.records[-1].getMessage()
+    assert KnowledgeStore(tmp_path, parse_target(CPU_B)).schedules() == []
+
+
 def test_an_unwritable_store_warns_and_the_run_goes_on(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="harl")
     (tmp_path / "file").write_text("a file where the store's folder should be")
@@ -133,7 +151,7 @@ def test_a_run_learns_from_the_measurements_another_model_left_in_the_store(tmp_
     store = tmp_path / "store"
     config = tmp_path / "store.toml"
     config.write_text('[store]\nuse = "always"\nmin_records = 4\nfolds = 2\n'
-                      'tile_policy = true\n[search.tile]\nmethod = "ppo"\n')
+                      'tile_policy = true\nschedules = true\n[search.tile]\nmethod = "ppo"\n')
     first = harl_tune_here(three_convs(tmp_path / "convs.onnx"), "--trials", "6",
                            "--work-dir", tmp_path / "first", "--store", store, "--no-evaluate",
                            "--config", config)
@@ -147,6 +165,9 @@ def test_a_run_learns_from_the_measurements_another_model_left_in_the_store(tmp_
     assert second.returncode == 0, second.stderr
     assert "a cost model trained on 1 models tuned here before" in second.stdout
     assert "the tile policy starts from the one a run left in" in second.stdout
+    [schedules] = store.glob("*/schedules/*.json")  # the first run's best state per sketch
+    assert f"{len(json.loads(schedules.read_text()))} schedules earlier runs found" in (
+        second.stdout)
     report = json.loads((tmp_path / "second" / "report.json").read_text())
     assert report["cost_prior_source"] == "store"
     assert len(list(store.glob("*/runs/*.json"))) == 2

@@ -12,6 +12,7 @@ import numpy as np
 AGENTS_DIR = "agents"  # in the work dir
 POLICY_FILE = "tile_policy.npz"
 ALLOCATOR_FILE = "task_allocator.json"
+SIBLINGS_FILE = "sibling_board.json"  # harl.search.sibling_transfer: each signature's best state
 
 
 def write_atomically(path: Path, write) -> None:
@@ -44,7 +45,7 @@ def load_json(path: Path):
 
 def damaged_checkpoints(agents_dir: Path) -> list[tuple[str, str]]:
     """(file name, what is wrong) for each checkpoint in `agents_dir` that does not load."""
-    loaders = {POLICY_FILE: load_arrays, ALLOCATOR_FILE: load_json}
+    loaders = {POLICY_FILE: load_arrays, ALLOCATOR_FILE: load_json, SIBLINGS_FILE: load_json}
     damaged = []
     for name, load in loaders.items():
         path = Path(agents_dir) / name

@@ -23,12 +23,13 @@ def make_plan(name: str, *, seed: int, num_cores: int, tasks, overlap: bool = Fa
               cost_prior: CostPrior | None = None, search: HarlSearchConfig | None = None,
               allocator: AllocatorConfig | None = None, nests: NaiveNestConfig | None = None,
               cost_model: CostModelConfig | None = None,
-              initial_policy: dict | None = None) -> SearchPlan:
+              initial_policy: dict | None = None, stored_offers=()) -> SearchPlan:
     """The search plan registered under `name` for `tasks` (harl.frontend.tasks.TuningTask).
 
     `cost_prior`: a harl.search.cost_prior.CostPrior for harl's search (the baseline takes none).
     `initial_policy`: the tile policy's arrays harl's search starts from where the work dir
-    holds no checkpoint of its own (the store's, harl.store).
+    holds no checkpoint of its own (the store's, harl.store). `stored_offers`: other models'
+    best states (harl.search.sibling_transfer.Offer, from harl.store) for harl's sibling board.
     `search`, `allocator`, `nests`, `cost_model`: harl's settings (None: their defaults); the
     baseline runs at TVM's defaults and takes none of them.
 
@@ -44,5 +45,6 @@ def make_plan(name: str, *, seed: int, num_cores: int, tasks, overlap: bool = Fa
 
         return harl_plan(seed=seed, num_cores=num_cores, tasks=tasks, overlap=overlap,
                          cost_prior=cost_prior, search=search, allocator=allocator, nests=nests,
-                         cost_model=cost_model, initial_policy=initial_policy)
+                         cost_model=cost_model, initial_policy=initial_policy,
+                         stored_offers=stored_offers)
     raise HarlError(f"unknown strategy {name!r}; choose from: {', '.join(STRATEGIES)}")

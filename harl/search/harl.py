@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from harl.agents import checkpoint
@@ -18,7 +19,7 @@ from harl.search.harl_search import HarlSearchStrategy
 from harl.search.plan import SearchPlan
 from harl.search.program_scorer import ProgramScorer
 from harl.search.search_config import HarlSearchConfig
-from harl.search.sibling_transfer import SiblingBoard
+from harl.search.sibling_transfer import Offer, SiblingBoard, offers_from_json
 from harl.tvm_adapter import python_instance, wrap_cost_model_update
 
 logger = logging.getLogger(__name__)
@@ -51,11 +52,13 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
               cost_prior: CostPrior | None = None, search: HarlSearchConfig | None = None,
               allocator: AllocatorConfig | None = None, nests: NaiveNestConfig | None = None,
               cost_model: CostModelConfig | None = None,
-              initial_policy: dict | None = None) -> SearchPlan:
+              initial_policy: dict | None = None,
+              stored_offers: Sequence[Offer] = ()) -> SearchPlan:
     """The three agents for `tasks`, set by `search` and `allocator`; an XGBoost cost model set
     by `cost_model`; TVM's unscheduled nests measured as `nests` says (each None: its defaults).
     The tile policy starts from the work dir's checkpoint, else from `initial_policy`'s arrays
-    (another model's run, kept by harl.store), else afresh.
+    (another model's run, kept by harl.store), else afresh. The sibling board starts with
+    `stored_offers` (other models' best states, harl.store) and, on a resume, the work dir's.
 
     `cost_prior` scores a task's candidates alone until the run's model has trained on the
     task, then blended with it (see ProgramScorer).
@@ -84,7 +87,7 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
     _time_updates(python_instance(xgb), metrics, scorer)
     policy = TilePolicy(search.tile.policy, seed, metrics)
     trust_board = TrustBoard(search.trust_window)
-    siblings = SiblingBoard()
+    siblings = SiblingBoard(foreign=stored_offers)
     allocator_config = allocator if allocator is not None else AllocatorConfig()
     allocator = (allocator_for(tasks, allocator_config, seed)
                  if allocator_config.method == "harl" else None)
@@ -105,6 +108,13 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
                 which = "checkpoint does" if own.exists() else "arrays from the store do"
                 logger.warning(f"harl: warning: the tile policy's {which} not fit it "
                                f"({why}): it starts afresh")
+        if (agents / checkpoint.SIBLINGS_FILE).exists():
+            try:
+                siblings.add_foreign(offers_from_json(
+                    checkpoint.load_json(agents / checkpoint.SIBLINGS_FILE)))
+            except (OSError, ValueError) as err:
+                logger.warning("harl: warning: the sibling board's checkpoint is damaged "
+                               "(%s): it starts empty", err)
         if allocator is not None and (agents / checkpoint.ALLOCATOR_FILE).exists():
             initial_tasks = allocator.to_json()
             try:
@@ -118,6 +128,7 @@ def harl_plan(*, seed: int, num_cores: int, tasks, overlap: bool = False,
         agents = work_dir / checkpoint.AGENTS_DIR
         agents.mkdir(exist_ok=True)
         checkpoint.save_arrays(agents / checkpoint.POLICY_FILE, policy.state_arrays())
+        checkpoint.save_json(agents / checkpoint.SIBLINGS_FILE, siblings.to_json())
         if allocator is not None:
             checkpoint.save_json(agents / checkpoint.ALLOCATOR_FILE, allocator.to_json())
         metrics.close()

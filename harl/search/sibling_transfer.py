@@ -6,6 +6,11 @@ block. MetaSchedule tunes each from scratch; their best tiles, though, are close
 publishes each sketch's best measured state on a board the run's tasks share, keyed by the
 sketch's signature (its sites and loop extents); a task whose sketch has the same signature
 measures a sibling's best once, among its first candidates (`HarlSearchConfig.sibling_share`).
+
+The board outlives the run as JSON (`SiblingBoard.to_json`: the best state per signature its
+tasks measured): a resumed run, and other models' runs through harl.store, put those states on
+their own boards as offers from no task of theirs (`FOREIGN`), so the same conv or matmul tuned
+in an earlier run or model is measured among a task's first candidates.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from harl.search.transplant import carried_state
 Signature = tuple
 """a sketch's decisions up to their values: each site's kind, levels and innermost bound, and a
 tile's extent (the product of its factors)"""
+
+FOREIGN = -1
+"""the task id of offers from an earlier run or model: no task of this run has it"""
 
 
 def signature_of(sites: Sequence[Site], state: State) -> Signature:
@@ -43,8 +51,39 @@ class Offer:
 class SiblingBoard:
     """The best state each task measured per sketch signature, shared by the run's tasks."""
 
-    def __init__(self) -> None:
+    def __init__(self, foreign: Sequence[Offer] = ()) -> None:
         self._best: dict[Signature, dict[int, Offer]] = {}
+        self.add_foreign(foreign)
+
+    def add_foreign(self, offers: Sequence[Offer]) -> int:
+        """Offers of an earlier run or model, kept as `FOREIGN`'s where they are its best for
+        their signature; how many signatures gained one."""
+        added = 0
+        for offer in offers:
+            signature = signature_of(offer.sites, offer.state)
+            held = self._best.get(signature, {}).get(FOREIGN)
+            if held is None or offer.latency_s < held.latency_s:
+                self.publish(FOREIGN, signature, offer.sites, offer.latency_s, offer.state)
+                added += held is None
+        return added
+
+    def best_offers(self, *, foreign: bool = True) -> list[Offer]:
+        """The fastest offer of each signature, whichever task made it (with `foreign`, an
+        earlier run or model too)."""
+        best = []
+        for offers in self._best.values():
+            kept = [offer for task, offer in offers.items() if foreign or task != FOREIGN]
+            if kept:
+                best.append(min(kept, key=lambda offer: offer.latency_s))
+        return best
+
+    def to_json(self) -> list[dict]:
+        """The best state of each signature this run's tasks measured, as JSON: each one's
+        latency, sites and state."""
+        return [{"latency_s": offer.latency_s,
+                 "sites": [[site.kind, site.size, site.max_innermost] for site in offer.sites],
+                 "state": [list(d) if isinstance(d, tuple) else d for d in offer.state]}
+                for offer in self.best_offers(foreign=False)]
 
     def publish(self, task_id: int, signature: Signature, sites: Sequence[Site],
                 latency_s: float, state: State) -> None:
@@ -75,3 +114,23 @@ def carried_sibling_state(offer: Offer, target_sites: Sequence[Site],
         for site, decision, options in zip(target_sites, offer.state, target_options,
                                            strict=True))
     return carried_state(offer.sites, state, target_sites, target_options)
+
+
+def offers_from_json(entries) -> list[Offer]:
+    """The offers `SiblingBoard.to_json` wrote, as `FOREIGN`'s; an entry that does not read as
+    one (another version's, or damaged) is left out."""
+    offers = []
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            sites = tuple(Site(str(kind), int(size), int(innermost))
+                          for kind, size, innermost in entry["sites"])
+            state = tuple(tuple(int(v) for v in d) if isinstance(d, list) else int(d)
+                          for d in entry["state"])
+            latency = float(entry["latency_s"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if len(state) == len(sites) and latency > 0 and all(
+                isinstance(d, tuple) == (site.kind == "tile")
+                for site, d in zip(sites, state, strict=True)):
+            offers.append(Offer(FOREIGN, latency, sites, state))
+    return offers

@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from harl.agents.checkpoint import AGENTS_DIR, POLICY_FILE, load_arrays
+from harl.agents.checkpoint import AGENTS_DIR, POLICY_FILE, SIBLINGS_FILE, load_arrays, load_json
 from harl.config import StoreConfig
 from harl.search.cost_prior import CostPrior
+from harl.search.sibling_transfer import Offer
 from harl.store.store import KnowledgeStore, default_store_path, model_id
 
 logger = logging.getLogger(__name__)
@@ -81,18 +82,32 @@ def start_policy(store: KnowledgeStore | None, config: StoreConfig) -> dict | No
     return arrays
 
 
+def stored_schedules(store: KnowledgeStore | None, config: StoreConfig) -> list[Offer]:
+    """The best states of earlier runs a run's sibling board starts with, where asked for."""
+    if store is None or not config.schedules:
+        return []
+    offers = store.schedules()
+    if offers:
+        logger.info(f"harl: {len(offers)} schedules earlier runs found in {store.folder} are "
+                    "offered to tasks with the same loops")
+    return offers
+
+
 def keep_run(store: KnowledgeStore | None, work_dir: Path, *, model: Path,
              input_shapes: dict, model_name: str, policy_trained: bool) -> None:
-    """Add the run's measurements, and its tile policy where the run trained one
-    (`policy_trained`), to the store (a failure is warned about, never raised)."""
+    """Add the run's measurements, its best states per sketch signature, and its tile policy
+    where the run trained one (`policy_trained`), to the store (a failure is warned about,
+    never raised)."""
     if store is None:
         return
     try:
-        policy = work_dir / AGENTS_DIR / POLICY_FILE
-        if policy_trained and policy.is_file():
-            store.add_policy(load_arrays(policy))
-        kept = store.add_run(work_dir, model_id=model_id(model, input_shapes),
-                             model_name=model_name)
+        agents = work_dir / AGENTS_DIR
+        if policy_trained and (agents / POLICY_FILE).is_file():
+            store.add_policy(load_arrays(agents / POLICY_FILE))
+        identity = model_id(model, input_shapes)
+        if (agents / SIBLINGS_FILE).is_file():
+            store.add_schedules(load_json(agents / SIBLINGS_FILE), model_id=identity)
+        kept = store.add_run(work_dir, model_id=identity, model_name=model_name)
     except Exception as err:  # noqa: BLE001  (a store problem must not stop the run)
         from harl.report.history import one_line_error
 

@@ -10,6 +10,8 @@ that executes code on load)::
     <root>/<key digest>/prior.ubj|.json    the cost model last trained on the entries, and how
                                            well it and the shipped prior ranked held-out models
     <root>/<key digest>/tile_policy.npz    the tile tuner's policy as the last run left it
+    <root>/<key digest>/schedules/<model>.json  each sketch signature's best state in the
+                                           model's run (harl.search.sibling_transfer)
 
 A model's latest run replaces its entry. Nothing here may stop a run: an unreadable entry is
 skipped with a warning, an unwritable store is reported once and the run goes on without it.
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from harl.agents.checkpoint import load_arrays, save_arrays, save_json, write_atomically
 from harl.search.cost_prior import CostPrior, trained_model
+from harl.search.sibling_transfer import Offer, SiblingBoard, offers_from_json
 from harl.store import prior_training
 from harl.store.key import key_digest, store_key
 from harl.store.rows import MeasuredWorkload, from_arrays, read_workloads, to_arrays
@@ -36,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 POLICY_FILE = "tile_policy.npz"
 """in a key's folder: the tile policy the last run left"""
+
+SCHEDULES_DIR = "schedules"
+"""in a key's folder: each model's best states per sketch signature"""
 
 STORE_ENV = "HARL_STORE"
 """environment variable naming the store folder (before the user's cache)"""
@@ -228,7 +234,37 @@ class KnowledgeStore:
                            "the policy starts afresh")
             return None
 
+    def schedules(self) -> list[Offer]:
+        """The best states the stored models' runs measured, one per sketch signature (the
+        fastest where models share one); an unreadable file is skipped, warned."""
+        folder = self.folder / SCHEDULES_DIR
+        if self.foreign() is not None or not folder.is_dir():
+            return []
+        board = SiblingBoard()
+        for path in sorted(folder.glob("*.json")):
+            try:
+                board.add_foreign(offers_from_json(json.loads(path.read_text())))
+            except (OSError, ValueError) as err:
+                logger.warning(f"harl: warning: stored schedules {path} unreadable ({err}); "
+                               "skipped")
+        return board.best_offers()
+
     # -- writing --------------------------------------------------------------------------------
+
+    def add_schedules(self, offers_json: list[dict], *, model_id: str) -> bool:
+        """Keep a run's sibling board (`SiblingBoard.to_json`) as model `model_id`'s best
+        states, replacing its earlier ones; False when the store could not be written."""
+        if self.foreign() is not None:
+            return False
+        try:
+            self._claim()
+            (self.folder / SCHEDULES_DIR).mkdir(exist_ok=True)
+            save_json(self.folder / SCHEDULES_DIR / f"{model_id}.json", offers_json)
+        except OSError as err:
+            logger.warning(f"harl: warning: store {self.folder} unwritable ({err}); the run's "
+                           "schedules are not kept")
+            return False
+        return True
 
     def add_policy(self, arrays: dict) -> bool:
         """Keep a run's tile policy as the one the next run starts from; False when the store
