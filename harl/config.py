@@ -140,8 +140,10 @@ class StoreConfig:
                             "(docs/experiments.md)", default=False)
     schedules: bool = doc("offer the best states earlier runs measured (other models' "
                           "tasks with the same loops: the same conv or matmul) among the "
-                          "first candidates of this run's tasks (harl's strategy)",
-                          default=False)
+                          "first candidates of this run's tasks (harl's strategy); on a "
+                          "decoder after an encoder of the same width the run reached its "
+                          "final without them in a third of the trials (docs/benchmarks.md)",
+                          default=True)
     min_records: int = doc("measured records of tasks it would rank before a cost model is "
                            "trained on the store", default=256)
     max_records: int = doc("the newest runs' records a cost model is trained on at most",

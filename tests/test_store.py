@@ -151,7 +151,7 @@ def test_a_run_learns_from_the_measurements_another_model_left_in_the_store(tmp_
     store = tmp_path / "store"
     config = tmp_path / "store.toml"
     config.write_text('[store]\nuse = "always"\nmin_records = 4\nfolds = 2\n'
-                      'tile_policy = true\nschedules = true\n[search.tile]\nmethod = "ppo"\n')
+                      'tile_policy = true\n[search.tile]\nmethod = "ppo"\n')
     first = harl_tune_here(three_convs(tmp_path / "convs.onnx"), "--trials", "6",
                            "--work-dir", tmp_path / "first", "--store", store, "--no-evaluate",
                            "--config", config)
