@@ -306,7 +306,7 @@ def test_trajectories_run_once_the_cost_model_has_learned():
     assert sum(len(sketch.tuner.steps) for sketch in strategy.sketches) > 0  # rollouts kept
     strategy.notify_runner_results(
         candidates, [RunnerResult([fake_latency(c.sch)], None) for c in candidates])
-    assert strategy.policy.updates > updates_before  # PPO learned from them
+    assert strategy.policy.updates == updates_before  # prior-only, the default: never trained
 
 
 class RankingScorer:
