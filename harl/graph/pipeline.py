@@ -206,28 +206,21 @@ class GraphStage:
         if self.config.method == "rl":
             result = rl_search(mod, cost, config=self.config.rl, rules=rules)
             return result.mod, {
-                "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
-                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
-                "search_seconds": round(result.seconds, 2), "rl_policy": result.policy,
+                **_learned_entry(result), "rl_policy": result.policy,
                 "rl_episodes": result.episodes, "rl_updates": result.updates,
                 "rl_path_estimated_ms": result.path_costs,
                 "rl_ppo": _finite(result.metrics)}
         if self.config.method == "worldmodel":
             result = worldmodel_search(mod, cost, config=self.config.worldmodel, rules=rules)
             return result.mod, {
-                "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
-                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
-                "search_seconds": round(result.seconds, 2),
-                "wm_real_episodes": result.real_episodes,
+                **_learned_entry(result), "wm_real_episodes": result.real_episodes,
                 "wm_dream_episodes": result.dream_episodes, "wm_rounds": result.rounds,
                 "wm_updates": result.updates, "wm_path_estimated_ms": result.path_costs,
                 "wm_quality": _finite(result.quality), "wm_metrics": _finite(result.metrics)}
         if self.config.method == "go":
             result = go_search(mod, cost, config=self.config.go, rules=rules)
             return result.mod, {
-                "applied": list(result.applied), "estimated_ms_before": result.initial_cost,
-                "estimated_ms_after": result.cost, "graphs_costed": result.evals,
-                "search_seconds": round(result.seconds, 2), "go_policy": result.policy,
+                **_learned_entry(result), "go_policy": result.policy,
                 "go_episodes": result.episodes, "go_updates": result.updates,
                 "go_passes": result.passes, "go_path_estimated_ms": result.path_costs,
                 "go_zero_shot_estimated_ms": result.zero_shot_cost,
@@ -339,6 +332,14 @@ class GraphStage:
         logger.info(f"harl: graph: resuming with the graph chosen before ({GRAPH_FILE}: "
                     f"{len(entry.get('applied', []))} rewrite(s))")
         return mod
+
+
+def _learned_entry(result) -> dict:
+    """The graph.json fields of a learned search's result (`LearnedSearchResult`) that every
+    such search fills alike."""
+    return {"applied": list(result.applied), "estimated_ms_before": result.initial_cost,
+            "estimated_ms_after": result.cost, "graphs_costed": result.evals,
+            "search_seconds": round(result.seconds, 2)}
 
 
 def _finite(metrics: dict) -> dict:

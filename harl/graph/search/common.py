@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from harl.graph.rule import Match, Rule
 
@@ -22,6 +23,17 @@ another order moves a total by about 1e-16, and a rewrite that buys nothing is n
 def cheaper(value: float, than: float, min_gain: float = MIN_GAIN) -> bool:
     """Whether cost `value` is below `than` by more than `min_gain` of it."""
     return value < than * (1.0 - min_gain)
+
+
+def configured_policy_path(setting: str, shipped: Path, what: str) -> Path | None:
+    """The file a `policy` setting names: `shipped` for "shipped" (None, said in one line,
+    where harl ships none), None for "fresh", else the setting as a path."""
+    if setting == "shipped":
+        if shipped.is_file():
+            return shipped
+        log.info("harl: graph: harl ships no %s; starting from a fresh one", what)
+        return None
+    return None if setting == "fresh" else Path(setting)
 
 
 def actions(mod, rules: Sequence[Rule]) -> list[tuple[Rule, Match]]:

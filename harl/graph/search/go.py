@@ -18,7 +18,12 @@ from pathlib import Path
 
 from harl.graph.rl.config import GoConfig
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo, LearnedSearchResult
+from harl.graph.search.common import (
+    Cost,
+    CostMemo,
+    LearnedSearchResult,
+    configured_policy_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +55,7 @@ def starting_go_policy(config: GoConfig, rule_names: tuple[str, ...], *, node_di
     (with one line saying why)."""
     from harl.graph.rl.go_policy import load_go_policy, make_go_policy, restrict_rules
 
-    path = None
-    if config.policy == "shipped":
-        path = SHIPPED_GO_POLICY if SHIPPED_GO_POLICY.is_file() else None
-        if path is None:
-            log.info("harl: graph: harl ships no GO policy; starting from a fresh one")
-    elif config.policy != "fresh":
-        path = Path(config.policy)
+    path = configured_policy_path(config.policy, SHIPPED_GO_POLICY, "GO policy")
     if path is not None:
         policy, saved, manifest = load_go_policy(path)
         if (set(rule_names) <= set(manifest["rules"])

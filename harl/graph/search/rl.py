@@ -18,7 +18,12 @@ from pathlib import Path
 from harl.graph.rl.config import RlConfig
 from harl.graph.rl.ppo import Trainer, load_policy, make_policy
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, CostMemo, LearnedSearchResult
+from harl.graph.search.common import (
+    Cost,
+    CostMemo,
+    LearnedSearchResult,
+    configured_policy_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +44,7 @@ def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: 
                     edge_dim: int):
     """(policy, its PPO config, where it came from): the configured file where its rules and
     features are these, else a fresh one (with one line saying why)."""
-    path = None
-    if config.policy == "shipped":
-        path = SHIPPED_POLICY if SHIPPED_POLICY.is_file() else None
-        if path is None:
-            log.info("harl: graph: harl ships no graph policy; starting from a fresh one")
-    elif config.policy != "fresh":
-        path = Path(config.policy)
+    path = configured_policy_path(config.policy, SHIPPED_POLICY, "graph policy")
     if path is not None:
         policy, saved, manifest = load_policy(path)
         if (tuple(manifest["rules"]), manifest["node_dim"], manifest["edge_dim"]) == (
