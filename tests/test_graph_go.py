@@ -17,14 +17,10 @@ from conftest import EXAMPLES, harl_tune_here, tiny_graph_config, trial_record_l
 from harl.graph.rl.chain import ChainGraph, ChainRule, chain_cost, detour_chain
 from harl.graph.rl.config import GoConfig, PPOConfig
 from harl.graph.rl.go_env import GoEnv, apply_pass
-from harl.graph.rl.go_policy import (
-    SegmentAttention,
-    load_go_policy,
-    make_go_policy,
-    save_go_policy,
-)
+from harl.graph.rl.go_policy import GoPolicy, SegmentAttention, make_go_policy
 from harl.graph.rl.policy import batch_observations
 from harl.graph.rl.ppo import Trainer, stack_actions
+from harl.graph.rl.saving import load_policy, save_policy
 
 torch.set_num_threads(1)
 
@@ -146,12 +142,12 @@ def test_the_policy_saves_and_loads_without_pickle(tmp_path):
     policy = _policy(config, segment=3, seed=3)
     _nudge(policy)
     path = tmp_path / "go.npz"
-    save_go_policy(path, policy, config=config, node_dim=len(VOCAB) + 1, edge_dim=1,
-                   rule_names=tuple(r.name for r in RULES), manifest={"updates": 5})
+    save_policy(path, policy, config=config, node_dim=len(VOCAB) + 1, edge_dim=1,
+                rule_names=tuple(r.name for r in RULES), manifest={"updates": 5})
     with np.load(path, allow_pickle=False) as arrays:
         assert {"attention.attention.in_proj_weight", "take_head.2.bias",
                 "value_head.2.bias"} <= set(arrays.files)
-    loaded, loaded_config, manifest = load_go_policy(path)
+    loaded, loaded_config, manifest = load_policy(path, GoPolicy)
     assert loaded_config == config and manifest["updates"] == 5
     assert manifest["segment"] == 3 and manifest["heads"] == 2
     assert json.loads(path.with_suffix(".json").read_text())["rules"] == list(
@@ -240,8 +236,8 @@ def test_a_go_policy_for_other_rules_is_not_used(tmp_path):
     for rule_names in (("a", "b"), names[:-1], ("extra",) + names):
         policy = make_go_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM, rules=len(rule_names),
                                 config=config, heads=2, segment=5)
-        save_go_policy(path, policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
-                       rule_names=rule_names)
+        save_policy(path, policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                    rule_names=rule_names)
         loaded, ppo, source = starting_go_policy(GoConfig(policy=str(path)), names,
                                                  node_dim=NODE_DIM, edge_dim=EDGE_DIM)
         assert source == ("fresh" if len(rule_names) <= len(names) else str(path))

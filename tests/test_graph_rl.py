@@ -17,9 +17,10 @@ from conftest import EXAMPLES, BrokenRule, random_relax_inputs, run_relax
 from harl.graph.rl.chain import ChainGraph, ChainRule, chain_cost, detour_chain
 from harl.graph.rl.config import PPOConfig, RlConfig
 from harl.graph.rl.env import GraphRewriteEnv
-from harl.graph.rl.policy import batch_observations
-from harl.graph.rl.ppo import Trainer, gae, load_policy, make_policy, save_policy
+from harl.graph.rl.policy import GraphPolicy, batch_observations
+from harl.graph.rl.ppo import Trainer, gae, make_policy
 from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM, RelaxGraph
+from harl.graph.rl.saving import load_policy, save_policy
 from harl.graph.rules import ALL_RULES, rule_by_name
 
 torch.set_num_threads(1)
@@ -135,7 +136,7 @@ def test_the_policy_saves_and_loads_without_pickle(tmp_path):
                 manifest={"steps": 7}, **dims)
     with np.load(path, allow_pickle=False) as arrays:
         assert {"rule_head.0.weight", "value_head.2.bias"} <= set(arrays.files)
-    loaded, loaded_config, manifest = load_policy(path)
+    loaded, loaded_config, manifest = load_policy(path, GraphPolicy)
     assert loaded_config == config and manifest["steps"] == 7
     assert manifest["rules"] == list(graph.rule_names)
     assert json.loads(path.with_suffix(".json").read_text())["node_dim"] == dims["node_dim"]

@@ -23,9 +23,6 @@ untrained policy's greedy episode does), unless --force.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import datetime
 import sys
 from pathlib import Path
 
@@ -34,23 +31,25 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run f
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from benchlib.graph_corpus import ppo_across_graphs, relax_graph_of, specs, split  # noqa: E402
-
-from harl.graph.rl.config import GoConfig, PPOConfig  # noqa: E402
-from harl.graph.rl.go_env import GoEnv  # noqa: E402
-from harl.graph.rl.go_policy import (  # noqa: E402
-    load_go_policy,
-    make_go_policy,
-    restrict_rules,
-    save_go_policy,
+from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
+from benchlib.graph_training import (  # noqa: E402
+    SAMPLES,
+    ppo_across_graphs,
+    ppo_config,
+    product_setting,
+    provenance,
+    training_parser,
 )
+
+from harl.graph.rl.config import GoConfig  # noqa: E402
+from harl.graph.rl.go_env import GoEnv  # noqa: E402
+from harl.graph.rl.go_policy import GoPolicy, make_go_policy, restrict_rules  # noqa: E402
 from harl.graph.rl.ppo import Trainer  # noqa: E402
 from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM, RelaxGraph  # noqa: E402
+from harl.graph.rl.saving import load_policy, save_policy  # noqa: E402
 from harl.graph.search.go import SHIPPED_GO_POLICY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = 4
-COST = f"GraphCostModel with the shipped prior, samples={SAMPLES}, llvm"
 
 
 class Priced:
@@ -63,20 +62,6 @@ class Priced:
     def __call__(self, graph) -> float:
         self.calls += 1
         return self.memo(graph)
-
-
-def product_setting(target, all_rules: bool):
-    """(rules, the conv layout pass or None) as a run's graph search on `target` has them at the
-    default config: on a CPU the blocked conv layout, and no NHWC rules; with `all_rules`, every
-    rule and no layout pass."""
-    from harl.graph.config import GraphConfig
-    from harl.graph.pipeline import conv_layout_pass
-    from harl.graph.rules import ALL_RULES, search_rules
-
-    if all_rules:
-        return ALL_RULES, None
-    layout = conv_layout_pass(target, GraphConfig())
-    return search_rules(blocked_convs=layout is not None), layout
 
 
 def make_envs(graph_specs, work: Path, cost_model, passes: int, *, rules,
@@ -167,33 +152,20 @@ def _say(label: str, means: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--updates", type=int, default=200, help="PPO updates at most")
-    parser.add_argument("--minutes", type=float, default=6.0, help="training time limit")
+    parser = training_parser(__doc__.split("\n\n")[0], updates=200, minutes=6.0, k=8,
+                             out=SHIPPED_GO_POLICY, work=ROOT / "logs" / "graph_go")
     parser.add_argument("--passes", type=int, default=GoConfig.passes,
                         help="passes per episode, in training and evaluation")
     parser.add_argument("--segment", type=int, default=GoConfig.segment)
     parser.add_argument("--heads", type=int, default=GoConfig.heads)
-    parser.add_argument("--k", type=int, default=8, help="random episodes per held-out graph")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=SHIPPED_GO_POLICY)
-    parser.add_argument("--work", type=Path, default=ROOT / "logs" / "graph_go")
-    parser.add_argument("--evaluate", type=Path, default=None,
-                        help="evaluate this policy on the held-out graphs; no training")
     parser.add_argument("--online", action="store_true",
                         help="also run --graph go at its defaults on the held-out graphs, from "
                              "the trained policy and from a fresh one")
-    parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="PPOConfig fields to change, e.g. entropy_coef=0.03")
     parser.add_argument("--all-rules", action="store_true",
                         help="every rule and no conv layout pass (default: the rules and layout "
                              "a run's search has on this CPU)")
-    parser.add_argument("--force", action="store_true",
-                        help="write the policy even where it does not beat random")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-
-    import tvm
 
     from harl.graph.cost import GraphCostModel
     from harl.target import parse_target
@@ -206,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     held = make_envs(held_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
                      layout=layout)
     if args.evaluate is not None:
-        policy, _, manifest = load_go_policy(args.evaluate)
+        policy, _, manifest = load_policy(args.evaluate, GoPolicy)
         offered = [rule.name for rule in rules]
         if list(manifest["rules"]) != offered:  # as a search that offers fewer rules uses it
             policy = restrict_rules(policy, manifest["rules"], offered)
@@ -216,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             for start in (str(args.evaluate), "fresh"):
                 print(f"online from {start}: {online(held, start)}")
         return 0
-    fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
-    config = PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
-                          for key, value in (item.split("=", 1) for item in args.ppo)})
+    config = ppo_config(args.ppo)
     envs = make_envs(train_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
                      layout=layout)
     rule_names = next(iter(envs.values())).start.rule_names
@@ -236,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     _say("trained policy on the held-out graphs (mean cost cut)", means)
     if args.online:
         candidate = args.work / "candidate.npz"
-        save_go_policy(candidate, trainer.policy, config=config, node_dim=NODE_DIM,
-                       edge_dim=EDGE_DIM, rule_names=rule_names)
+        save_policy(candidate, trainer.policy, config=config, node_dim=NODE_DIM,
+                    edge_dim=EDGE_DIM, rule_names=rule_names)
         result["online"] = {"trained": online(held, str(candidate)),
                             "fresh": online(held, "fresh")}
         print("held-out mean cost cut (%) of --graph go at its defaults: from the trained "
@@ -250,18 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         print("the policy's zero-shot episodes do not beat both a random take/skip policy and "
               "taking nothing on the held-out graphs: nothing written")
         return 1
-    save_go_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM,
-                   edge_dim=EDGE_DIM, rule_names=rule_names, manifest={
-                       "trained_by": "tools/train_graph_go.py", "cost": COST,
-                       "conv_layout": "imported" if layout is None else "nchwc",
-                       "passes_per_episode": args.passes,
-                       "corpus": {"train": [s.name for s in train_specs],
-                                  "held_out": [s.name for s in held_specs]},
-                       **run, "seed": args.seed,
-                       "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-                       "tvm_version": tvm.__version__, "evaluation": result,
-                       "untrained_policy": untrained,
-                       "beats_random": wins})
+    save_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM,
+                edge_dim=EDGE_DIM, rule_names=rule_names, manifest={
+                    **provenance("tools/train_graph_go.py", train_specs=train_specs,
+                                 held_specs=held_specs, run=run, seed=args.seed,
+                                 evaluation=result),
+                    "conv_layout": "imported" if layout is None else "nchwc",
+                    "passes_per_episode": args.passes, "untrained_policy": untrained,
+                    "beats_random": wins})
     print(f"written: {args.out} and {args.out.with_suffix('.json')}")
     return 0
 

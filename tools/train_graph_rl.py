@@ -18,9 +18,6 @@ random policy's, unless --force.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -30,18 +27,24 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # harl, when run f
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from benchlib.graph_corpus import ppo_across_graphs, relax_graph_of, specs, split  # noqa: E402
+from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
+from benchlib.graph_training import (  # noqa: E402
+    SAMPLES,
+    ppo_across_graphs,
+    ppo_config,
+    provenance,
+    training_parser,
+)
 
-from harl.graph.rl.config import PPOConfig  # noqa: E402
 from harl.graph.rl.env import GraphRewriteEnv  # noqa: E402
-from harl.graph.rl.ppo import Trainer, load_policy, make_policy, save_policy  # noqa: E402
+from harl.graph.rl.policy import GraphPolicy  # noqa: E402
+from harl.graph.rl.ppo import Trainer, make_policy  # noqa: E402
 from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM, RelaxGraph  # noqa: E402
+from harl.graph.rl.saving import load_policy, save_policy  # noqa: E402
 from harl.graph.search.rl import SHIPPED_POLICY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZON = 6
-SAMPLES = 4
-COST = f"GraphCostModel with the shipped prior, samples={SAMPLES}, llvm"
 
 
 def make_envs(graph_specs, work: Path, cost_model) -> dict[str, GraphRewriteEnv]:
@@ -125,23 +128,10 @@ def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, m
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--updates", type=int, default=300, help="PPO updates at most")
-    parser.add_argument("--minutes", type=float, default=8.0, help="training time limit")
-    parser.add_argument("--k", type=int, default=4, help="episodes per held-out graph")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=SHIPPED_POLICY)
-    parser.add_argument("--work", type=Path, default=ROOT / "logs" / "graph_rl")
-    parser.add_argument("--evaluate", type=Path, default=None,
-                        help="evaluate this policy on the held-out graphs; no training")
-    parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="PPOConfig fields to change, e.g. entropy_coef=0.03")
-    parser.add_argument("--force", action="store_true",
-                        help="write the policy even where it does not beat random")
+    parser = training_parser(__doc__.split("\n\n")[0], updates=300, minutes=8.0, k=4,
+                             out=SHIPPED_POLICY, work=ROOT / "logs" / "graph_rl")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-
-    import tvm
 
     from harl.graph.cost import GraphCostModel
     from harl.target import parse_target
@@ -150,11 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     train_specs, held_specs = split(specs())
     cost_model = GraphCostModel(parse_target("llvm"), samples=SAMPLES)
     held = make_envs(held_specs, args.work / "corpus", cost_model)
-    fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
-    config = PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
-                          for key, value in (item.split("=", 1) for item in args.ppo)})
+    config = ppo_config(args.ppo)
     if args.evaluate is not None:
-        policy, config, _ = load_policy(args.evaluate)
+        policy, config, _ = load_policy(args.evaluate, GraphPolicy)
         print(json.dumps(evaluate(held, Trainer(policy, config, seed=args.seed), k=args.k,
                                   seed=args.seed)["mean_cut_percent"], indent=1))
         for start in (str(args.evaluate), "fresh"):
@@ -191,13 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     save_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                 rule_names=rule_names, manifest={
-                    "trained_by": "tools/train_graph_rl.py", "cost": COST, "horizon": HORIZON,
-                    "corpus": {"train": [s.name for s in train_specs],
-                               "held_out": [s.name for s in held_specs]},
-                    **run, "seed": args.seed,
-                    "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-                    "tvm_version": tvm.__version__, "evaluation": result,
-                    "untrained_policy_mean_cut_percent": fresh})
+                    **provenance("tools/train_graph_rl.py", train_specs=train_specs,
+                                 held_specs=held_specs, run=run, seed=args.seed,
+                                 evaluation=result),
+                    "horizon": HORIZON, "untrained_policy_mean_cut_percent": fresh})
     print(f"written: {args.out} and {args.out.with_suffix('.json')}")
     return 0
 

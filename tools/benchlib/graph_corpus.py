@@ -121,38 +121,3 @@ def relax_graph_of(spec: GraphSpec, out_dir: Path, seed: int = 0):
     if not path.exists():
         export_torch(spec.build(), (torch.randn(spec.shape),), path, input_names=["x"])
     return relax_of_onnx(path)
-
-
-def ppo_across_graphs(envs: dict, trainer, *, updates: int, minutes: float, seed: int,
-                      log_path: Path, unit: str = "steps") -> dict:
-    """PPO over the training graphs' envs: each update's episodes on graphs drawn at random,
-    one JSON line of metrics per update in `log_path`, a line on stdout every tenth (`unit`
-    names what an env step is); stops after `updates` updates or `minutes`."""
-    import itertools
-    import json
-    import time
-
-    import numpy as np
-
-    rng, names = np.random.default_rng(seed), sorted(envs)
-    start, steps_total, update = time.perf_counter(), 0, 0
-    with log_path.open("w") as log:
-        for update in range(1, updates + 1):
-            steps = list(itertools.chain.from_iterable(
-                trainer.episode(envs[names[rng.integers(len(names))]])
-                for _ in range(trainer.config.episodes_per_update)))
-            steps_total += len(steps)
-            metrics = trainer.update(steps)
-            elapsed = time.perf_counter() - start
-            log.write(json.dumps({"update": update, "steps": steps_total,
-                                  "seconds": round(elapsed, 1), **metrics}) + "\n")
-            if update % 10 == 0:
-                print(f"update {update}: {steps_total} {unit}, {elapsed:.0f} s, return "
-                      f"{metrics['charts/episode_return']:.3g}, entropy "
-                      f"{metrics['losses/entropy']:.3g}, kl {metrics['losses/approx_kl']:.3g}, "
-                      f"explained variance {metrics['losses/explained_variance']:.3g}",
-                      flush=True)
-            if elapsed > 60 * minutes:
-                break
-    return {"updates": update, "episodes": trainer.episodes, "steps": steps_total,
-            "seconds": round(time.perf_counter() - start, 1)}

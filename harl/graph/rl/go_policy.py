@@ -15,17 +15,13 @@ layout, fusion and placement decisions are not made here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import asdict
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from harl.agents.checkpoint import load_arrays, save_arrays, save_json
 from harl.graph.rl.config import PPOConfig
 from harl.graph.rl.env import Observation
 from harl.graph.rl.policy import Encoder, GraphBatch, _mlp, batch_observations, segment_mean
@@ -92,10 +88,14 @@ class GoPolicy(nn.Module):
     """The actor (encoder, segment attention, a Bernoulli head per match) and the critic (an
     encoder of its own and a value head)."""
 
+    SHAPE_FIELDS: tuple[str, ...] = ("heads", "segment")  # saved beside the encoder's shapes
+
     def __init__(self, *, node_dim: int, edge_dim: int, rules: int, hidden: int = 64,
                  layers: int = 3, heads: int = 4, segment: int = 16) -> None:
         super().__init__()
         self.rules = rules
+        self.heads = heads
+        self.segment = segment
         self.encoder = Encoder(node_dim=node_dim, edge_dim=edge_dim, hidden=hidden,
                                layers=layers)
         self.attention = SegmentAttention(hidden, heads=heads, segment=segment)
@@ -174,7 +174,7 @@ def restrict_rules(policy: GoPolicy, trained: Sequence[str], wanted: Sequence[st
     return policy
 
 
-# --- saving: plain arrays and JSON, never pickle --------------------------------------------------
+# --- a fresh policy (saved and loaded by harl.graph.rl.saving) ------------------------------------
 
 
 def make_go_policy(*, node_dim: int, edge_dim: int, rules: int, config: PPOConfig,
@@ -183,30 +183,3 @@ def make_go_policy(*, node_dim: int, edge_dim: int, rules: int, config: PPOConfi
     torch.manual_seed(seed)
     return GoPolicy(node_dim=node_dim, edge_dim=edge_dim, rules=rules, hidden=config.hidden,
                     layers=config.layers, heads=heads, segment=segment)
-
-
-def save_go_policy(path: Path, policy: GoPolicy, *, config: PPOConfig, node_dim: int,
-                   edge_dim: int, rule_names: tuple[str, ...],
-                   manifest: dict | None = None) -> None:
-    """`path` (.npz) holds the weights; `path` with .json the shapes, the config, the
-    attention's heads and segment, and `manifest`'s fields (what it was trained on)."""
-    path = Path(path)
-    save_arrays(path, {k: v.detach().numpy().copy() for k, v in policy.state_dict().items()})
-    save_json(path.with_suffix(".json"), {
-        **(manifest or {}), "config": asdict(config), "node_dim": node_dim,
-        "edge_dim": edge_dim, "rules": list(rule_names),
-        "heads": policy.attention.attention.num_heads, "segment": policy.attention.segment})
-
-
-def load_go_policy(path: Path) -> tuple[GoPolicy, PPOConfig, dict]:
-    """The policy saved at `path` (.npz read with allow_pickle=False), its config and its
-    manifest."""
-    path = Path(path)
-    manifest = json.loads(path.with_suffix(".json").read_text())
-    config = PPOConfig(**manifest["config"])
-    policy = GoPolicy(node_dim=manifest["node_dim"], edge_dim=manifest["edge_dim"],
-                      rules=len(manifest["rules"]), hidden=config.hidden, layers=config.layers,
-                      heads=manifest["heads"], segment=manifest["segment"])
-    policy.load_state_dict({k: torch.from_numpy(np.array(v))
-                            for k, v in load_arrays(path).items()})
-    return policy, config, manifest

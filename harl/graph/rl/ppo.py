@@ -1,6 +1,6 @@
 """PPO for the graph agent, read top to bottom like CleanRL's ppo.py: the hyperparameters, the
 rollout (whole episodes in a `GraphRewriteEnv`), GAE, the clipped update and its diagnostics,
-then saving the policy as plain arrays.
+then a fresh policy (`harl.graph.rl.saving` saves and loads it as plain arrays).
 
 The horizon ends an episode for good (X-RLflow's "done"), so the last step's value target is its
 reward alone. Several graphs train one policy: each episode runs in the env it is given. The
@@ -10,15 +10,12 @@ the observation's matches, in GO's env of passes (`harl.graph.rl.go_env`).
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from harl.agents.adam import Adam
-from harl.agents.checkpoint import load_arrays, save_arrays, save_json
 from harl.graph.rl.config import PPOConfig
 from harl.graph.rl.env import GraphRewriteEnv, Observation
 from harl.graph.rl.policy import GraphPolicy, batch_observations
@@ -149,7 +146,7 @@ class Trainer:
         return out
 
 
-# --- saving: plain arrays and JSON, never pickle --------------------------------------------------
+# --- a fresh policy (saved and loaded by harl.graph.rl.saving) ------------------------------------
 
 
 def make_policy(*, node_dim: int, edge_dim: int, rules: int, config: PPOConfig,
@@ -158,28 +155,3 @@ def make_policy(*, node_dim: int, edge_dim: int, rules: int, config: PPOConfig,
     torch.manual_seed(seed)
     return GraphPolicy(node_dim=node_dim, edge_dim=edge_dim, rules=rules, hidden=config.hidden,
                        layers=config.layers)
-
-
-def save_policy(path: Path, policy: GraphPolicy, *, config: PPOConfig, node_dim: int,
-                edge_dim: int, rule_names: tuple[str, ...], manifest: dict | None = None) -> None:
-    """`path` (.npz) holds the weights; `path` with .json the shapes, the config and
-    `manifest`'s fields (what it was trained on)."""
-    path = Path(path)
-    save_arrays(path, {k: v.detach().numpy().copy() for k, v in policy.state_dict().items()})
-    save_json(path.with_suffix(".json"), {
-        **(manifest or {}), "config": asdict(config), "node_dim": node_dim,
-        "edge_dim": edge_dim, "rules": list(rule_names)})
-
-
-def load_policy(path: Path) -> tuple[GraphPolicy, PPOConfig, dict]:
-    """The policy saved at `path` (.npz read with allow_pickle=False), its config and its
-    manifest."""
-    path = Path(path)
-    manifest = json.loads(path.with_suffix(".json").read_text())
-    config = PPOConfig(**manifest["config"])
-    policy = GraphPolicy(node_dim=manifest["node_dim"], edge_dim=manifest["edge_dim"],
-                         rules=len(manifest["rules"]), hidden=config.hidden,
-                         layers=config.layers)
-    policy.load_state_dict({k: torch.from_numpy(np.array(v))
-                            for k, v in load_arrays(path).items()})
-    return policy, config, manifest

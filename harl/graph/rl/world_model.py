@@ -17,7 +17,6 @@ episodes at a time as a `SequenceBatch`), and scored on real transitions it was 
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -30,10 +29,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from harl.agents.adam import Adam
-from harl.agents.checkpoint import load_arrays, save_arrays, save_json
 from harl.graph.rl.config import MdnRnnConfig
 from harl.graph.rl.env import Observation
 from harl.graph.rl.policy import Encoder, GraphBatch, batch_observations, segment_mean
+from harl.graph.rl.saving import load_network, save_network
 
 
 class Transition(NamedTuple):
@@ -283,19 +282,13 @@ def save_world_model(path: Path, model: WorldModel, *, rule_names: tuple[str, ..
                      manifest: dict | None = None) -> None:
     """`path` (.npz) holds the weights; `path` with .json the shapes, the config, the rules and
     `manifest`'s fields."""
-    path = Path(path)
-    save_arrays(path, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()})
-    save_json(path.with_suffix(".json"), {
+    save_network(path, model, {
         **(manifest or {}), "config": asdict(model.config), "node_dim": model.node_dim,
         "edge_dim": model.edge_dim, "rules": list(rule_names)})
 
 
 def load_world_model(path: Path) -> tuple[WorldModel, dict]:
     """The world model saved at `path` (.npz read with allow_pickle=False) and its manifest."""
-    path = Path(path)
-    manifest = json.loads(path.with_suffix(".json").read_text())
-    model = WorldModel(node_dim=manifest["node_dim"], edge_dim=manifest["edge_dim"],
-                       rules=len(manifest["rules"]), config=MdnRnnConfig(**manifest["config"]))
-    model.load_state_dict({k: torch.from_numpy(np.array(v))
-                           for k, v in load_arrays(path).items()})
-    return model, manifest
+    return load_network(path, lambda manifest: WorldModel(
+        node_dim=manifest["node_dim"], edge_dim=manifest["edge_dim"],
+        rules=len(manifest["rules"]), config=MdnRnnConfig(**manifest["config"])))

@@ -53,11 +53,12 @@ def starting_go_policy(config: GoConfig, rule_names: tuple[str, ...], *, node_di
     """(policy, its PPO config, where it came from): the configured file where its features
     are these and its rules include these (the others' embeddings dropped), else a fresh one
     (with one line saying why)."""
-    from harl.graph.rl.go_policy import load_go_policy, make_go_policy, restrict_rules
+    from harl.graph.rl.go_policy import GoPolicy, make_go_policy, restrict_rules
+    from harl.graph.rl.saving import load_policy
 
     path = configured_policy_path(config.policy, SHIPPED_GO_POLICY, "GO policy")
     if path is not None:
-        policy, saved, manifest = load_go_policy(path)
+        policy, saved, manifest = load_policy(path, GoPolicy)
         if (set(rule_names) <= set(manifest["rules"])
                 and (manifest["node_dim"], manifest["edge_dim"]) == (node_dim, edge_dim)):
             source = "shipped" if path == SHIPPED_GO_POLICY else str(path)

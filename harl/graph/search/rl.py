@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harl.graph.rl.config import RlConfig
-from harl.graph.rl.ppo import Trainer, load_policy, make_policy
+from harl.graph.rl.policy import GraphPolicy
+from harl.graph.rl.ppo import Trainer, make_policy
+from harl.graph.rl.saving import load_policy
 from harl.graph.rule import Rule
 from harl.graph.search.common import (
     Cost,
@@ -46,7 +48,7 @@ def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: 
     features are these, else a fresh one (with one line saying why)."""
     path = configured_policy_path(config.policy, SHIPPED_POLICY, "graph policy")
     if path is not None:
-        policy, saved, manifest = load_policy(path)
+        policy, saved, manifest = load_policy(path, GraphPolicy)
         if (tuple(manifest["rules"]), manifest["node_dim"], manifest["edge_dim"]) == (
                 rule_names, node_dim, edge_dim):
             source = "shipped" if path == SHIPPED_POLICY else str(path)

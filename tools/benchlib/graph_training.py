@@ -1,0 +1,104 @@
+"""What the graph agents' training tools (tools/train_graph_rl.py, train_graph_go.py,
+train_graph_worldmodel.py) share: their common options, the PPO config from `--ppo KEY=VALUE`,
+the rules and layout a run's search has, the training loop over the corpus graphs and the
+provenance a shipped policy's manifest records."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harl.graph.rl.config import PPOConfig
+
+SAMPLES = 4  # sampled schedules per unmeasured task when a corpus graph is priced
+COST = f"GraphCostModel with the shipped prior, samples={SAMPLES}, llvm"
+
+
+def training_parser(description: str, *, updates: int, minutes: float, k: int, out: Path,
+                    work: Path) -> argparse.ArgumentParser:
+    """The options both tools take, with each tool's defaults."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--updates", type=int, default=updates, help="PPO updates at most")
+    parser.add_argument("--minutes", type=float, default=minutes, help="training time limit")
+    parser.add_argument("--k", type=int, default=k, help="episodes per held-out graph")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--work", type=Path, default=work)
+    parser.add_argument("--evaluate", type=Path, default=None,
+                        help="evaluate this policy on the held-out graphs; no training")
+    parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="PPOConfig fields to change, e.g. entropy_coef=0.03")
+    parser.add_argument("--force", action="store_true",
+                        help="write the policy even where it does not beat random")
+    return parser
+
+
+def ppo_config(overrides: list[str]) -> PPOConfig:
+    """`PPOConfig` with the `KEY=VALUE` overrides, each converted to its field's type."""
+    fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
+    return PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
+                        for key, value in (item.split("=", 1) for item in overrides)})
+
+
+def product_setting(target, all_rules: bool):
+    """(rules, the conv layout pass or None) as a run's graph search on `target` has them at the
+    default config: on a CPU the blocked conv layout, and no NHWC rules; with `all_rules`, every
+    rule and no layout pass."""
+    from harl.graph.config import GraphConfig
+    from harl.graph.pipeline import conv_layout_pass
+    from harl.graph.rules import ALL_RULES, search_rules
+
+    if all_rules:
+        return ALL_RULES, None
+    layout = conv_layout_pass(target, GraphConfig())
+    return search_rules(blocked_convs=layout is not None), layout
+
+
+def provenance(tool: str, *, train_specs, held_specs, run: dict, seed: int,
+               evaluation: dict) -> dict:
+    """What a shipped policy's manifest says of its training: the tool, the pricing, the
+    corpus split, the run's counts, the seed, the date, TVM's version and the evaluation."""
+    import tvm
+
+    return {"trained_by": tool, "cost": COST,
+            "corpus": {"train": [s.name for s in train_specs],
+                       "held_out": [s.name for s in held_specs]},
+            **run, "seed": seed,
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+            "tvm_version": tvm.__version__, "evaluation": evaluation}
+
+
+def ppo_across_graphs(envs: dict, trainer, *, updates: int, minutes: float, seed: int,
+                      log_path: Path, unit: str = "steps") -> dict:
+    """PPO over the training graphs' envs: each update's episodes on graphs drawn at random,
+    one JSON line of metrics per update in `log_path`, a line on stdout every tenth (`unit`
+    names what an env step is); stops after `updates` updates or `minutes`."""
+    rng, names = np.random.default_rng(seed), sorted(envs)
+    start, steps_total, update = time.perf_counter(), 0, 0
+    with log_path.open("w") as log:
+        for update in range(1, updates + 1):
+            steps = list(itertools.chain.from_iterable(
+                trainer.episode(envs[names[rng.integers(len(names))]])
+                for _ in range(trainer.config.episodes_per_update)))
+            steps_total += len(steps)
+            metrics = trainer.update(steps)
+            elapsed = time.perf_counter() - start
+            log.write(json.dumps({"update": update, "steps": steps_total,
+                                  "seconds": round(elapsed, 1), **metrics}) + "\n")
+            if update % 10 == 0:
+                print(f"update {update}: {steps_total} {unit}, {elapsed:.0f} s, return "
+                      f"{metrics['charts/episode_return']:.3g}, entropy "
+                      f"{metrics['losses/entropy']:.3g}, kl {metrics['losses/approx_kl']:.3g}, "
+                      f"explained variance {metrics['losses/explained_variance']:.3g}",
+                      flush=True)
+            if elapsed > 60 * minutes:
+                break
+    return {"updates": update, "episodes": trainer.episodes, "steps": steps_total,
+            "seconds": round(time.perf_counter() - start, 1)}
