@@ -40,7 +40,7 @@ from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
 from harl.search.cost_prior import CostPrior
-from harl.store.in_run import keep_run, open_store, run_prior, start_policy, stored_schedules
+from harl.store.in_run import StartingKnowledge, keep_run, open_store, starting_knowledge
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
 from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
@@ -181,11 +181,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         logger.info(f"harl: measuring on RPC key {config.rpc.key!r} at "
                     f"{config.rpc.tracker_host}:{config.rpc.tracker_port}")
     store = open_store(config.store, target)
-    cost_prior, prior_source = (run_prior(store, target, tasks, config.store.use)
-                                if asked_prior else (None, None))
-    initial_policy, offers = ((start_policy(store, config.store),
-                               stored_schedules(store, config.store))
-                              if config.strategy == "harl" else (None, []))
+    knowledge = starting_knowledge(store, target, tasks, strategy=config.strategy,
+                                   cost_prior=asked_prior, config=config.store)
     resume = resume_state(work_dir, tasks)
     # With --graph, the trials of every graph tuned count (--trials caps them all).
     resumed = trials_in(resume.database) if graph else resume.prior.trials
@@ -199,8 +196,7 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     clock.lap("setup")
     stage_clock = StageClock()
     step = functools.partial(_tune_step, target=target, work_dir=work_dir, config=config,
-                             batch=batch, num_cores=num_cores, cost_prior=cost_prior,
-                             initial_policy=initial_policy, stored_offers=offers,
+                             batch=batch, num_cores=num_cores, knowledge=knowledge,
                              clock=stage_clock)
     first = first_budget(config.trials, config.graph) if graph else config.trials
     plans = [step(tasks, resume, trials=first - resumed, done=resumed)]
@@ -236,7 +232,7 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         work_dir=str(work_dir),
         agent_seconds=_metric_sums(plans, "totals"),
         agent_stage_seconds=_metric_sums(plans, "stages"),
-        cost_prior=cost_prior is not None, cost_prior_source=prior_source,
+        cost_prior=knowledge.cost_prior is not None, cost_prior_source=knowledge.prior_source,
         runtime_threads=runtime_threads,
         measure_other_cores=_rounded(stage_clock.others_while_measuring()),
         config=recorded(config), graph=graph.entry if graph else None,
@@ -246,7 +242,8 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
         if not is_gpu(target):  # on GPUs TVM's DLight rules schedule what was not tuned
             with native_logs_into(tvm_log):
                 compile_database = schedule_untuned(report, tasks, target, database, plan=plan,
-                                                    prior=resume.prior, cost_prior=cost_prior,
+                                                    prior=resume.prior,
+                                                    cost_prior=knowledge.cost_prior,
                                                     config=config, clock=clock)
         logger.info("harl: compiling and verifying against onnxruntime ...")
         evaluate_into(report, model, relax_mod, target, compile_database, config=config,
@@ -284,18 +281,18 @@ def step_seed(seed: int, done: int) -> int:
 
 
 def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, work_dir: Path,
-               config: TuneConfig, batch: int, num_cores: int, cost_prior, initial_policy,
-               stored_offers, clock: StageClock):
-    """Tune `tasks` for `trials` more trials (`done` already measured); returns the search plan,
-    or None where no trial is left."""
+               config: TuneConfig, batch: int, num_cores: int, knowledge: StartingKnowledge,
+               clock: StageClock):
+    """Tune `tasks` for `trials` more trials (`done` already measured), starting from
+    `knowledge`; returns the search plan, or None where no trial is left."""
     if trials <= 0:
         return None
     seed = step_seed(config.seed, done)
     plan = make_plan(config.strategy, seed=seed, num_cores=num_cores, tasks=tasks,
                      overlap=config.rpc is not None,  # the farm's futures are pending
-                     cost_prior=cost_prior, search=config.search, allocator=config.allocator,
-                     nests=config.nests, cost_model=config.cost_model,
-                     initial_policy=initial_policy, stored_offers=stored_offers)
+                     cost_prior=knowledge.cost_prior, search=config.search,
+                     allocator=config.allocator, nests=config.nests, cost_model=config.cost_model,
+                     initial_policy=knowledge.policy, stored_offers=knowledge.offers)
     settings = LoopSettings(trials=trials, trials_per_batch=batch, seed=seed,
                             num_cores=num_cores)
     progress = Progress(config.trials, enabled=False if config.quiet else None, done_before=done)

@@ -1,9 +1,11 @@
-"""How a tuning run uses the store: which cost-model prior ranks its first samples, and keeping
-its measurements once it has tuned."""
+"""How a tuning run uses the store: what it starts from (the cost-model prior that ranks its
+first samples, the tile policy, other models' schedules), and keeping its measurements once it
+has tuned."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harl.agents.checkpoint import AGENTS_DIR, POLICY_FILE, SIBLINGS_FILE, load_arrays, load_json
@@ -91,6 +93,32 @@ def stored_schedules(store: KnowledgeStore | None, config: StoreConfig) -> list[
         logger.info(f"harl: {len(offers)} schedules earlier runs found in {store.folder} are "
                     "offered to tasks with the same loops")
     return offers
+
+
+@dataclass(frozen=True)
+class StartingKnowledge:
+    """What a run's search starts from besides its own measurements."""
+
+    cost_prior: CostPrior | None = None
+    """the cost model trained on other workloads that ranks new tasks' samples"""
+    prior_source: str | None = None
+    """where `cost_prior` came from: "shipped", "store" or None"""
+    policy: dict | None = None
+    """the tile policy's arrays a run left in the store"""
+    offers: list[Offer] = field(default_factory=list)
+    """earlier runs' best states, measured among the first candidates of tasks with their loops"""
+
+
+def starting_knowledge(store: KnowledgeStore | None, target, tasks, *, strategy: str,
+                       cost_prior: bool, config: StoreConfig) -> StartingKnowledge:
+    """What a `strategy` run on `target` starts from: the prior where `cost_prior` asks for it,
+    and, for harl's own search, the store's tile policy and schedules where `config` asks."""
+    prior, source = (run_prior(store, target, tasks, config.use) if cost_prior
+                     else (None, None))
+    if strategy != "harl":
+        return StartingKnowledge(prior, source)
+    return StartingKnowledge(prior, source, start_policy(store, config),
+                             stored_schedules(store, config))
 
 
 def keep_run(store: KnowledgeStore | None, work_dir: Path, *, model: Path,
