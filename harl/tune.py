@@ -292,7 +292,7 @@ def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, wor
                      overlap=config.rpc is not None,  # the farm's futures are pending
                      cost_prior=knowledge.cost_prior, search=config.search,
                      allocator=config.allocator, nests=config.nests, cost_model=config.cost_model,
-                     initial_policy=knowledge.policy, stored_offers=knowledge.offers)
+                     initial_policy=knowledge.tile_policy, stored_offers=knowledge.offers)
     settings = LoopSettings(trials=trials, trials_per_batch=batch, seed=seed,
                             num_cores=num_cores)
     progress = Progress(config.trials, enabled=False if config.quiet else None, done_before=done)

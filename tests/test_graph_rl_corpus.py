@@ -1,5 +1,6 @@
-"""The graph agent's training corpus and tool: the held-out rule, no benchmark model in the
-corpus, and a short training, evaluation and save on two of its graphs."""
+"""The graph agents' training corpus and tools: the held-out rule, no benchmark model in the
+corpus, and a short training, evaluation and save on two of its graphs (the rl policy, the
+world model and its controller)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,21 @@ import sys
 from collections import Counter
 
 import numpy as np
+import pytest
 import torch
 from conftest import EXAMPLES, ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
 
 import train_graph_rl  # noqa: E402
+import train_graph_worldmodel  # noqa: E402
 from benchlib.graph_corpus import specs, split  # noqa: E402
 
 from harl.graph.rl.config import PPOConfig  # noqa: E402
-from harl.graph.rl.ppo import Trainer, load_policy, make_policy  # noqa: E402
+from harl.graph.rl.policy import GraphPolicy  # noqa: E402
+from harl.graph.rl.ppo import Trainer, make_policy  # noqa: E402
 from harl.graph.rl.relax_graph import EDGE_DIM, NODE_DIM  # noqa: E402
+from harl.graph.rl.saving import load_policy, save_policy  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -63,6 +68,53 @@ def test_a_short_training_evaluates_and_saves(tmp_path):
         assert all(np.isfinite(list(row.values())))
     assert result["mean_cut_percent"]["greedy_search"] >= 0.0  # greedy never takes a loss
     path = tmp_path / "policy.npz"
-    train_graph_rl.save_policy(path, trainer.policy, config=config, node_dim=NODE_DIM,
-                               edge_dim=EDGE_DIM, rule_names=envs["fire_s24"].start.rule_names)
-    assert load_policy(path)[1] == config
+    save_policy(path, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
+                rule_names=envs["fire_s24"].start.rule_names)
+    assert load_policy(path, GraphPolicy)[1] == config
+
+
+def test_a_short_world_model_pretraining_evaluates_and_saves_a_pair_the_search_loads(tmp_path):
+    from harl.graph.cost import GraphCostModel
+    from harl.graph.rl.config import MdnRnnConfig, WorldModelConfig
+    from harl.graph.rules import search_rules
+    from harl.graph.search.worldmodel import starting_agents
+    from harl.target import parse_target
+
+    cost_model = GraphCostModel(parse_target("llvm"), samples=0)
+    rules = search_rules(blocked_convs=True)
+    graphs = [train_graph_worldmodel.CorpusGraph(s, work=tmp_path, cost_model=cost_model,
+                                                 rules=rules, layout=None)
+              for s in specs() if s.name in ("gated_mlp_w32x1", "fire_s24")]
+    config = WorldModelConfig(horizon=3, model=MdnRnnConfig(epochs=2),
+                              ppo=PPOConfig(episodes_per_update=2, hidden=16, layers=1))
+    model, trainer, run = train_graph_worldmodel.pretrain(
+        graphs, config, rounds=1, real_episodes=1, dream_updates=2, minutes=5, seed=0,
+        work=tmp_path)
+    assert run["rounds"] == 1 and run["real_episodes"] == 2 and run["updates"] == 2
+    assert run["estimates"] >= 2 and run["dream_episodes"] == 4
+    quality = train_graph_worldmodel.held_out_quality(model, graphs[:1], config, episodes=1,
+                                                      seed=0)
+    assert "world/reward_mae" in quality
+    path = tmp_path / "world.npz"
+    train_graph_worldmodel.save_pair(path, model, trainer, config=config,
+                                     rule_names=graphs[0].graph.rule_names,
+                                     manifest={"run": run})
+    search = WorldModelConfig(max_evals=5, rounds=1, real_episodes=1, dream_episodes=2,
+                              horizon=3, model=MdnRnnConfig(epochs=2),
+                              ppo=PPOConfig(episodes_per_update=2))
+    result = train_graph_worldmodel.evaluate(graphs[1:], path, seeds=[0], search=search)
+    for arm in ("pretrained", "fresh", "random"):
+        row = result["per_graph"]["fire_s24"][arm]
+        assert np.isfinite(row["cut"]) and 1 <= row["estimates"] <= 5
+    assert result["pretrained_wins"] + result["pretrained_losses"] <= 1
+    # a pair trained for other rules is refused, never compared as if it were pretrained
+    other = tmp_path / "other.npz"
+    train_graph_worldmodel.save_pair(other, model, trainer, config=config,
+                                     rule_names=tuple(f"x{i}" for i in range(len(rules))),
+                                     manifest={})
+    with pytest.raises(SystemExit, match="other rules"):
+        train_graph_worldmodel.evaluate(graphs[1:], other, seeds=[0], search=search)
+    loaded, policy, used, source = starting_agents(
+        WorldModelConfig(pretrained=str(path)), graphs[0].graph.rule_names,
+        node_dim=NODE_DIM, edge_dim=EDGE_DIM)
+    assert source == str(path) and used.ppo.hidden == 16 and policy.rules == len(rules)

@@ -1,7 +1,8 @@
 """The world-model graph agent (RLFlow on harl's rules): the MDN-RNN fits a known transition
 function, a controller trained only in the model improves the real environment's return, the
-dream never asks for a real cost, the loop keeps to its budget of real estimates, the model
-saves and loads without pickle, and `--graph worldmodel` runs end to end on real TVM."""
+dream never asks for a real cost, the loop keeps to its budget of real estimates and fine-tunes
+a pretrained pair, a pair starts the search only where its rules match, the model saves and
+loads without pickle, and `--graph worldmodel` runs end to end on real TVM."""
 
 from __future__ import annotations
 
@@ -185,6 +186,58 @@ def _replay(graph, labels):
     return graph
 
 
+def test_the_loop_fine_tunes_a_pretrained_model_and_controller():
+    graph, table, _ = detour_chain()
+    config = WorldModelConfig(max_evals=9, rounds=2, real_episodes=2, dream_episodes=4,
+                              horizon=5, model=MdnRnnConfig(epochs=3),
+                              ppo=PPOConfig(episodes_per_update=2))
+    policy = make_policy(node_dim=graph.node_features().shape[1], edge_dim=1,
+                         rules=len(graph.rules), config=config.ppo, seed=5)
+    model = _model_for(graph, config.model, seed=6)
+    policy_before = [p.detach().clone() for p in policy.parameters()]
+    model_before = [p.detach().clone() for p in model.parameters()]
+    result = train_in_dream(graph, chain_cost(table), config=config, model=model, policy=policy)
+    assert result.updates == 2 * result.rounds and result.evals <= 9
+    # the given networks are the ones trained, from their own weights
+    assert any(not torch.equal(a, b) for a, b in zip(policy_before, policy.parameters(),
+                                                         strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(model_before, model.parameters(),
+                                                         strict=True))
+
+
+def test_a_pretrained_pair_starts_the_search_only_where_its_rules_match(tmp_path):
+    from harl.graph.rl.saving import save_policy
+    from harl.graph.search.worldmodel import controller_path, starting_agents
+
+    small = WorldModelConfig(ppo=PPOConfig(hidden=8, layers=1),
+                             model=MdnRnnConfig(hidden=8, latent=4, mixtures=2))
+    path = tmp_path / "world.npz"
+
+    def save_pair(rule_names, controller_rules=None):
+        model = make_world_model(node_dim=5, edge_dim=1, rules=len(rule_names),
+                                 config=small.model)
+        save_world_model(path, model, rule_names=rule_names)
+        controller_rules = controller_rules or rule_names
+        save_policy(controller_path(path), make_policy(
+            node_dim=5, edge_dim=1, rules=len(controller_rules), config=small.ppo),
+            config=small.ppo, node_dim=5, edge_dim=1, rule_names=controller_rules)
+
+    names = ("a", "b", "c")
+    wanted = WorldModelConfig(pretrained=str(path))
+    assert starting_agents(wanted, names, node_dim=5, edge_dim=1)[3] == "fresh"  # no file
+    for model_rules, controller_rules in ((("a", "b"), None), (names, ("a", "b"))):
+        save_pair(model_rules, controller_rules)
+        model, policy, used, source = starting_agents(wanted, names, node_dim=5, edge_dim=1)
+        assert (model, policy, used, source) == (None, None, wanted, "fresh")
+    save_pair(names)
+    model, policy, used, source = starting_agents(wanted, names, node_dim=5, edge_dim=1)
+    assert source == str(path) and model.config == small.model and policy.rules == 3
+    assert used.model == small.model  # the config describes the loaded model
+    assert used.ppo.hidden == 8 and used.ppo.layers == 1  # the controller keeps its sizes
+    assert starting_agents(wanted, names, node_dim=6, edge_dim=1)[3] == "fresh"
+    assert starting_agents(WorldModelConfig(), names, node_dim=5, edge_dim=1)[3] == "fresh"
+
+
 def test_the_world_model_saves_and_loads_without_pickle(tmp_path):
     graph, table, _ = detour_chain()
     env = GraphRewriteEnv(graph, chain_cost(table), horizon=5)
@@ -216,6 +269,7 @@ def test_worldmodel_end_to_end(tmp_path):
     for search in (graph, graph["second_search"]):
         assert 1 <= search["graphs_costed"] <= 10  # the budget of real estimates
         assert search["wm_dream_episodes"] == 8 and search["wm_real_episodes"] == 5
+        assert search["wm_pretrained"] == "fresh"  # the default
         assert search["estimated_ms_after"] <= search["estimated_ms_before"]
         assert {"world/reward_mae", "world/next_latent_nll", "world/done_accuracy"} <= set(
             search["wm_quality"])

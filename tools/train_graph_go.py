@@ -153,7 +153,8 @@ def _say(label: str, means: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = training_parser(__doc__.split("\n\n")[0], updates=200, minutes=6.0, k=8,
-                             out=SHIPPED_GO_POLICY, work=ROOT / "logs" / "graph_go")
+                             out=SHIPPED_GO_POLICY, work=ROOT / "logs" / "graph_go",
+                             k_help="random episodes per held-out graph")
     parser.add_argument("--passes", type=int, default=GoConfig.passes,
                         help="passes per episode, in training and evaluation")
     parser.add_argument("--segment", type=int, default=GoConfig.segment)

@@ -57,7 +57,8 @@ class GraphConfig:
     rl: RlConfig = field(default_factory=RlConfig)
     """rl: episodes, horizon, cost budget and starting policy of the learned search"""
     worldmodel: WorldModelConfig = field(default_factory=WorldModelConfig)
-    """worldmodel: real-estimate budget, rounds, dream episodes, the world model and PPO"""
+    """worldmodel: real-estimate budget, rounds, dream episodes, the starting pair, the world
+    model and PPO"""
     go: GoConfig = field(default_factory=GoConfig)
     """go: passes, real-estimate budget, fine-tuning episodes, attention and starting policy"""
 

@@ -213,7 +213,8 @@ class GraphStage:
         if self.config.method == "worldmodel":
             result = worldmodel_search(mod, cost, config=self.config.worldmodel, rules=rules)
             return result.mod, {
-                **_learned_entry(result), "wm_real_episodes": result.real_episodes,
+                **_learned_entry(result), "wm_pretrained": result.pretrained,
+                "wm_real_episodes": result.real_episodes,
                 "wm_dream_episodes": result.dream_episodes, "wm_rounds": result.rounds,
                 "wm_updates": result.updates, "wm_path_estimated_ms": result.path_costs,
                 "wm_quality": _finite(result.quality), "wm_metrics": _finite(result.metrics)}

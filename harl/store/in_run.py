@@ -103,7 +103,7 @@ class StartingKnowledge:
     """the cost model trained on other workloads that ranks new tasks' samples"""
     prior_source: str | None = None
     """where `cost_prior` came from: "shipped", "store" or None"""
-    policy: dict | None = None
+    tile_policy: dict | None = None
     """the tile policy's arrays a run left in the store"""
     offers: list[Offer] = field(default_factory=list)
     """earlier runs' best states, measured among the first candidates of tasks with their loops"""

@@ -22,21 +22,24 @@ COST = f"GraphCostModel with the shipped prior, samples={SAMPLES}, llvm"
 
 
 def training_parser(description: str, *, updates: int, minutes: float, k: int, out: Path,
-                    work: Path) -> argparse.ArgumentParser:
-    """The options both tools take, with each tool's defaults."""
+                    work: Path, updates_help: str = "PPO updates at most",
+                    k_help: str = "episodes per held-out graph",
+                    what: str = "policy", beat: str = "random") -> argparse.ArgumentParser:
+    """The options every tool takes, with the tool's defaults and words: `what` it trains and
+    what it must `beat` to be written."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--updates", type=int, default=updates, help="PPO updates at most")
+    parser.add_argument("--updates", type=int, default=updates, help=updates_help)
     parser.add_argument("--minutes", type=float, default=minutes, help="training time limit")
-    parser.add_argument("--k", type=int, default=k, help="episodes per held-out graph")
+    parser.add_argument("--k", type=int, default=k, help=k_help)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--work", type=Path, default=work)
     parser.add_argument("--evaluate", type=Path, default=None,
-                        help="evaluate this policy on the held-out graphs; no training")
+                        help=f"evaluate this {what} on the held-out graphs; no training")
     parser.add_argument("--ppo", nargs="*", default=[], metavar="KEY=VALUE",
                         help="PPOConfig fields to change, e.g. entropy_coef=0.03")
     parser.add_argument("--force", action="store_true",
-                        help="write the policy even where it does not beat random")
+                        help=f"write the {what} even where it does not beat {beat}")
     return parser
 
 

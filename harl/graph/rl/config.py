@@ -127,6 +127,13 @@ class WorldModelConfig:
     """rewrites at most per episode"""
     max_actions: int = 200
     """rewrites offered per step at most"""
+    pretrained: str = "fresh"
+    """the world model and controller to start from: fresh (learned on the model's graph
+    alone), shipped (harl/data/graph_worldmodel.npz and graph_worldmodel_controller.npz where
+    present, else fresh), or the path of a world model .npz written by
+    tools/train_graph_worldmodel.py (its controller beside it, NAME_controller.npz); the pair
+    is then fine-tuned on the model's graph. A loaded pair keeps its own networks' sizes and
+    the model its own fitting settings"""
     seed: int = 0
     """seed of the controller's and the model's weights and of the action sampling"""
     model: MdnRnnConfig = field(default_factory=MdnRnnConfig)

@@ -140,18 +140,24 @@ class DreamResult:
 
 
 def train_in_dream(start: RewriteGraph, cost: Callable[[RewriteGraph], float], *,
-                   config: WorldModelConfig) -> DreamResult:
+                   config: WorldModelConfig, model: WorldModel | None = None,
+                   policy: GraphPolicy | None = None) -> DreamResult:
     """Search `start`'s rewrites with a controller trained in a world model (the module
-    docstring); `cost` is called at most `config.max_evals` times, once per distinct graph."""
+    docstring); `cost` is called at most `config.max_evals` times, once per distinct graph.
+    `model` and `policy`: pretrained ones to fine-tune (None: fresh ones from `config`); a given
+    policy keeps its width and depth (`config.ppo`'s other fields drive its fine-tuning) and a
+    given model fits with its own `MdnRnnConfig`."""
     node_dim, edge_dim = start.node_features().shape[1], start.edges()[1].shape[1]
     rules = len(start.rule_names)
     costs = CostMemo(cost, key=lambda graph: graph.key())
     env = GraphRewriteEnv(start, costs, horizon=config.horizon, max_actions=config.max_actions)
-    trainer = Trainer(make_policy(node_dim=node_dim, edge_dim=edge_dim, rules=rules,
-                                  config=config.ppo, seed=config.seed), config.ppo,
-                      seed=config.seed)
-    model = make_world_model(node_dim=node_dim, edge_dim=edge_dim, rules=rules,
-                             config=config.model, seed=config.seed + 1)
+    if policy is None:
+        policy = make_policy(node_dim=node_dim, edge_dim=edge_dim, rules=rules,
+                             config=config.ppo, seed=config.seed)
+    trainer = Trainer(policy, config.ppo, seed=config.seed)
+    if model is None:
+        model = make_world_model(node_dim=node_dim, edge_dim=edge_dim, rules=rules,
+                                 config=config.model, seed=config.seed + 1)
     logged: list[list[Transition]] = []
     result = DreamResult(env.best, env.initial_cost)
     for round_ in range(config.rounds):

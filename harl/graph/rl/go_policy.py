@@ -88,7 +88,7 @@ class GoPolicy(nn.Module):
     """The actor (encoder, segment attention, a Bernoulli head per match) and the critic (an
     encoder of its own and a value head)."""
 
-    SHAPE_FIELDS: tuple[str, ...] = ("heads", "segment")  # saved beside the encoder's shapes
+    SHAPE_FIELDS: tuple[str, ...] = ("heads", "segment")  # constructor fields saved too
 
     def __init__(self, *, node_dim: int, edge_dim: int, rules: int, hidden: int = 64,
                  layers: int = 3, heads: int = 4, segment: int = 16) -> None:

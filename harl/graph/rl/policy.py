@@ -136,7 +136,7 @@ class GraphPolicy(nn.Module):
     of its own and a value head: as in CleanRL's ppo.py, the value loss, large at X-RLflow's
     reward scale, does not pull on the actor's embeddings)."""
 
-    SHAPE_FIELDS: tuple[str, ...] = ()  # saved beside node_dim, edge_dim, rules, hidden, layers
+    SHAPE_FIELDS: tuple[str, ...] = ()  # constructor fields saved beside the shapes and config
 
     def __init__(self, *, node_dim: int, edge_dim: int, rules: int, hidden: int = 64,
                  layers: int = 3) -> None:

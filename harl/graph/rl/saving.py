@@ -54,10 +54,10 @@ def load_policy(path: Path, policy_class: type[Network]) -> tuple[Network, PPOCo
     """The `policy_class` policy saved at `path` by `save_policy`, its config and its
     manifest."""
     def build(manifest: dict) -> Network:
-        config = PPOConfig(**manifest["config"])
+        config = manifest["config"]
         return policy_class(node_dim=manifest["node_dim"], edge_dim=manifest["edge_dim"],
-                            rules=len(manifest["rules"]), hidden=config.hidden,
-                            layers=config.layers,
+                            rules=len(manifest["rules"]), hidden=config["hidden"],
+                            layers=config["layers"],
                             **{name: manifest[name] for name in policy_class.SHAPE_FIELDS})
 
     policy, manifest = load_network(path, build)
