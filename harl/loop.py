@@ -21,6 +21,7 @@ from harl.measure import cpu_load
 from harl.measure.builder import PersistentBuilder
 from harl.measure.clock import StageClock
 from harl.measure.runner import ClockedRunner, make_runner, shutdown_runner
+from harl.midway import Midway, MidwayCallback
 from harl.naive_nests import measure_naive_nests, tasks_to_check, tasks_to_check_first
 from harl.report.history import TaskStats, TrialRecorder
 from harl.report.progress import Progress
@@ -125,12 +126,14 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                progress: Progress | None = None, resume: LoopResume | None = None,
                rpc: RpcConfig | None = None,
                builder=None, runner=None,
-               clock: StageClock | None = None) -> tuple[object, list[TaskStats]]:
+               clock: StageClock | None = None,
+               midway: Midway | None = None) -> tuple[object, list[TaskStats]]:
     """Tune `tasks` for `settings.trials` more trials; returns the database and per-task stats.
 
     `resume` carries an earlier run's database, stats and records (see harl.resume); `rpc`
     measures on a device farm; `builder` and `runner` replace harl's own (tests inject failing
-    ones); `clock`, where given, gathers the seconds and load of the measuring stages.
+    ones); `clock`, where given, gathers the seconds and load of the measuring stages;
+    `midway`, a decision taken inside the loop that may end it early (harl.midway).
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -197,7 +200,9 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                     runner=ClockedRunner(InterruptibleRunner(runner, interrupt), clock,
                                          watch_load=rpc is None),
                     measure_callbacks=[*_default_callbacks(interrupt), durable,
-                                       *plan.measure_callbacks],
+                                       *plan.measure_callbacks,
+                                       *([MidwayCallback(midway, budget, interrupt)]
+                                         if midway is not None else [])],
                     database=database,
                     cost_model=InterruptibleCostModel(plan.cost_model, interrupt),
                 )

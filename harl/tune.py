@@ -32,6 +32,7 @@ from harl.graph.pipeline import GraphStage, first_budget, laid_out, summary_line
 from harl.loop import LoopResume, LoopSettings, default_batch_size, tune_tasks
 from harl.measure.clock import StageClock
 from harl.measure.threads import use_physical_cores
+from harl.midway import Midway
 from harl.report.history import TaskStats, last_history_time_s
 from harl.report.messages import messages_to
 from harl.report.phases import PhaseClock
@@ -198,19 +199,35 @@ def _run(config: TuneConfig, held: contextlib.ExitStack) -> RunReport:
     step = functools.partial(_tune_step, target=target, work_dir=work_dir, config=config,
                              batch=batch, num_cores=num_cores, knowledge=knowledge,
                              clock=stage_clock)
-    first = first_budget(config.trials, config.graph) if graph else config.trials
-    plans = [step(tasks, resume, trials=first - resumed, done=resumed)]
-    if graph is not None:
+    second: list = []  # the graph the second search chose, once it ran
+
+    def second_search() -> bool:
         with native_logs_into(tvm_log):
-            chosen = graph.second(original, relax_mod)
-        if chosen is not relax_mod:
-            with native_logs_into(tvm_log):
-                chosen = laid_out(chosen, target, config.graph, work_dir)
-            relax_mod, tasks = chosen, _tasks_of(chosen, target, tvm_log,
-                                                 prepack_weights=config.prepack_weights)
-        resume = resume_state(work_dir, tasks)
-        done = trials_in(resume.database)
-        plans.append(step(tasks, resume, trials=config.trials - done, done=done))
+            second.append(graph.second(original, relax_mod))
+        return second[0] is not relax_mod
+
+    def switch_graph():
+        """The second search's graph and its tasks, for the rest of the trials."""
+        with native_logs_into(tvm_log):
+            chosen = laid_out(second[0], target, config.graph, work_dir)
+        new_tasks = _tasks_of(chosen, target, tvm_log, prepack_weights=config.prepack_weights)
+        new_resume = resume_state(work_dir, new_tasks)
+        return chosen, new_tasks, new_resume, trials_in(new_resume.database)
+
+    first = first_budget(config.trials, config.graph) if graph else config.trials
+    midway = None
+    if graph is not None and resumed >= first:  # the first share was tuned before a stop
+        if second_search():
+            relax_mod, tasks, resume, resumed = switch_graph()
+    elif graph is not None:  # the second search inside the loop: no new loop if nothing changes
+        midway = Midway(after=first - resumed, decide=second_search)
+    plans = [step(tasks, resume, trials=config.trials - resumed, done=resumed, midway=midway)]
+    if midway is not None:
+        if not midway.decided:  # the loop ended before its mark: the search runs now
+            second_search()
+        if second[0] is not relax_mod:
+            relax_mod, tasks, resume, done = switch_graph()
+            plans.append(step(tasks, resume, trials=config.trials - done, done=done))
     plans = [plan for plan in plans if plan is not None]
     plan = plans[-1] if plans else None
     database, stats = resume.database, resume.stats
@@ -282,9 +299,10 @@ def step_seed(seed: int, done: int) -> int:
 
 def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, work_dir: Path,
                config: TuneConfig, batch: int, num_cores: int, knowledge: StartingKnowledge,
-               clock: StageClock):
+               clock: StageClock, midway: Midway | None = None):
     """Tune `tasks` for `trials` more trials (`done` already measured), starting from
-    `knowledge`; returns the search plan, or None where no trial is left."""
+    `knowledge` (`midway`: a decision inside the loop, harl.midway); returns the search plan,
+    or None where no trial is left."""
     if trials <= 0:
         return None
     seed = step_seed(config.seed, done)
@@ -297,7 +315,7 @@ def _tune_step(tasks, resume: LoopResume, *, trials: int, done: int, target, wor
                             num_cores=num_cores)
     progress = Progress(config.trials, enabled=False if config.quiet else None, done_before=done)
     tune_tasks(tasks, target, plan, work_dir, settings=settings, measure=config.measure,
-               progress=progress, resume=resume, rpc=config.rpc, clock=clock)
+               progress=progress, resume=resume, rpc=config.rpc, clock=clock, midway=midway)
     return plan
 
 

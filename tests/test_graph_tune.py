@@ -136,3 +136,39 @@ def test_a_rewrite_that_does_not_match_is_dropped(tmp_path, tiny_config, monkeyp
     graph = _report(tmp_path)["graph"]
     assert not graph["rewritten"] and graph["applied"] == [] and graph["dropped_rewrites"]
     assert not (tmp_path / "model_rewritten.json").exists()
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_the_second_search_runs_inside_the_loop_and_a_new_graph_gets_the_rest(
+        tmp_path, tiny_config, monkeypatch, changed):
+    """The second search runs once the first share is measured, inside the tuning loop; where
+    it keeps the graph the loop goes on, where it changes it the loop ends and the new graph's
+    tasks get the rest of the trials in a loop of their own (here an equal copy, as a new
+    graph)."""
+    import harl.tune
+    from harl.database import open_database
+    from harl.graph.pipeline import GraphStage, trials_in
+
+    second, step = GraphStage.second, harl.tune._tune_step
+    seen, loops = [], []
+
+    def spying(self, original, current):
+        seen.append(trials_in(open_database(tmp_path)))
+        chosen = second(self, original, current)
+        return type(chosen)(dict(chosen.functions)) if changed else chosen
+
+    def counting(tasks, resume, *, trials, **kwargs):
+        loops.append(trials)
+        return step(tasks, resume, trials=trials, **kwargs)
+
+    monkeypatch.setattr(GraphStage, "second", spying)
+    monkeypatch.setattr(harl.tune, "_tune_step", counting)
+    proc = harl_tune_here(EXAMPLES / "mlp.onnx", "--graph", "greedy", "--trials", 8,
+                          "--trials-per-batch", 2, "--work-dir", tmp_path, "--config",
+                          tiny_config, "--no-evaluate")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (measured,) = seen  # once, between the first share (6 of 8 by default) and the end
+    assert 6 <= measured < 8
+    assert loops == ([8, 8 - measured] if changed else [8])
+    report = _report(tmp_path)
+    assert report["trials_done"] == 8 and len(trial_record_lines(tmp_path)) == 8
