@@ -5,9 +5,11 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -17,8 +19,10 @@ import pytest
 import tvm
 from onnx import TensorProto, helper, numpy_helper
 from tvm import te, topi
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
 from harl.database import open_database
 from harl.evaluate import CompiledModel, OnnxRuntimeModel, check_outputs, compile_model
@@ -444,3 +448,12 @@ class BrokenRule(Rule):
 
     def apply(self, mod, match):
         raise RuntimeError("this rewrite always fails")
+
+
+@derived_object
+class FakeBuilder(PyBuilder):
+    """Builds nothing: each candidate gets an empty folder of its own (for fake runners)."""
+
+    def build(self, build_inputs):
+        return [BuilderResult(os.path.join(tempfile.mkdtemp(prefix="harl_fake_"), "x.tar"), None)
+                for _ in build_inputs]

@@ -3,14 +3,11 @@ fake builder and runner)."""
 
 import json
 import math
-import os
-import tempfile
 
 import pytest
-from conftest import matmul_module
+from conftest import FakeBuilder, matmul_module
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerResult
 
 from harl.agents.task_allocator import AllocatorConfig
@@ -23,13 +20,6 @@ from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
 FAILING_N = 16  # the task on 16x16 matrices always fails at run time
-
-
-@derived_object
-class FakeBuilder(PyBuilder):
-    def build(self, build_inputs):
-        return [BuilderResult(os.path.join(tempfile.mkdtemp(prefix="harl_fake_"), "x.tar"), None)
-                for _ in build_inputs]
 
 
 @derived_object

@@ -2,14 +2,10 @@
 once, after its share of trials is measured and on the disk; the loop goes on where it says
 so and ends early where it does not (real MetaSchedule loop, fake builder and runner)."""
 
-import os
-import tempfile
-
 import pytest
-from conftest import matmul_module
+from conftest import FakeBuilder, matmul_module
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner
 
 from harl.config import MeasureConfig
@@ -21,13 +17,6 @@ from harl.target import parse_target
 from harl.tvm_env import load_tensor_intrinsics
 
 TRIALS, BATCH, MARK = 12, 2, 5
-
-
-@derived_object
-class FakeBuilder(PyBuilder):
-    def build(self, build_inputs):
-        return [BuilderResult(os.path.join(tempfile.mkdtemp(prefix="harl_fake_"), "x.tar"), None)
-                for _ in build_inputs]
 
 
 @derived_object
