@@ -40,16 +40,15 @@ from harl.report.progress import Progress
 from harl.report.summary import RunReport, format_summary, task_summaries
 from harl.resume import PriorRun, RunManifest, claim_work_dir
 from harl.search import make_plan
-from harl.search.cost_prior import CostPrior
 from harl.store.in_run import StartingKnowledge, keep_run, open_store, starting_knowledge
 from harl.target import gpu_visible, is_gpu, local_cpu_count, parse_target
-from harl.tvm_adapter import python_instance
 from harl.tvm_env import (
     load_tensor_intrinsics,
     native_logs_into,
     quiet_tvm_loggers,
     serve_unknown_schedule_rules,
 )
+from harl.untuned import schedule_untuned
 from harl.workdir_lock import work_dir_lock
 
 logger = logging.getLogger("harl.tune")  # not __name__: `python -m harl.tune` runs as __main__
@@ -326,47 +325,6 @@ def _metric_sums(plans, part: str) -> dict[str, float]:
         for key, value in (getattr(plan.metrics, part) if plan.metrics else {}).items():
             sums[key] = sums.get(key, 0.0) + value
     return {key: round(value, 3) for key, value in sums.items()}
-
-
-def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior: PriorRun,
-                     cost_prior: CostPrior | None, config: TuneConfig, clock: PhaseClock):
-    """The database to compile with: `database`, plus the cost model's unmeasured picks for the
-    tasks the budget never reached (marked `predicted` in the report; see harl.untuned).
-    `prior`: the records the work dir held before this run, all of them when `plan` is None;
-    `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured);
-    `clock` laps the picks where there are tasks to pick for."""
-    from harl.search.program_scorer import ProgramScorer
-    from harl.untuned import SAMPLES_PER_TASK, pick_builder, scorer_from_records, with_predicted
-
-    # A task with no trials has no record, not even a failed one, unless its nest was kept.
-    untuned = [index for index, task in enumerate(report.tasks)
-               if task.trials == 0 and not task.naive]
-    if not untuned:
-        return database
-    if plan is None:  # nothing measured this time (the budget was spent): learn from the log
-        scorer = scorer_from_records(prior, tasks, target, cost_prior=cost_prior,
-                                     cost_model=config.cost_model)
-    else:
-        xgb = python_instance(plan.cost_model)
-        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior,
-                               equal_weight_samples=config.cost_model.equal_weight_samples,
-                               min_task_samples=config.cost_model.min_task_samples)
-    with pick_builder(config.measure) as builder:
-        database, picks = with_predicted(
-            database, tasks, untuned, target, scorer, seed=config.seed, builder=builder,
-            announce=lambda count: logger.info(
-                f"harl: {count} task(s) were never measured; the cost model picks one of "
-                f"{SAMPLES_PER_TASK} samples for each, built to check (not measured, not in the "
-                "tuning log) ..."))
-    if picks.failed_builds:
-        logger.info(f"harl: {picks.failed_builds} sampled pick(s) failed to build or were cut "
-                    "off; the task's next best took each one's place"
-                    + (f" ({picks.unbuilt_tasks} task(s) keep TVM's naive nest: none of their "
-                       "top samples built)" if picks.unbuilt_tasks else ""))
-    for index in picks.task_indices:
-        report.tasks[index].predicted = True
-    clock.lap("picks")
-    return database
 
 
 def _rounded(value: float | None) -> float | None:

@@ -16,7 +16,9 @@ batch). A pick that fails gives way to the task's next best.
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +28,14 @@ from harl.resume import PriorRun, warm_start_cost_model
 from harl.search.trace_sites import schedules_of, with_state
 from harl.target import local_cpu_count
 from harl.tvm_adapter import python_instance
+
+if TYPE_CHECKING:
+    from harl.config import TuneConfig
+    from harl.report.phases import PhaseClock
+    from harl.report.summary import RunReport
+    from harl.search.cost_prior import CostPrior
+
+logger = logging.getLogger(__name__)
 
 SAMPLES_PER_TASK = 64
 """random samples of a task's design space the cost model chooses among: as many as the pool
@@ -176,3 +186,43 @@ def scorer_from_records(prior: PriorRun, tasks, target, *, cost_prior=None,
     return ProgramScorer(python_instance(xgb), cost_prior,
                          equal_weight_samples=config.equal_weight_samples,
                          min_task_samples=config.min_task_samples)
+
+
+def schedule_untuned(report: RunReport, tasks, target, database, *, plan, prior: PriorRun,
+                     cost_prior: CostPrior | None, config: TuneConfig, clock: PhaseClock):
+    """The database to compile with: `database`, plus the cost model's unmeasured picks for the
+    tasks the budget never reached (marked `predicted` in the report).
+    `prior`: the records the work dir held before this run, all of them when `plan` is None;
+    `cost_prior`: the run's CostPrior or None (it ranks the samples of a task never measured);
+    `clock` laps the picks where there are tasks to pick for."""
+    from harl.search.program_scorer import ProgramScorer
+
+    # A task with no trials has no record, not even a failed one, unless its nest was kept.
+    untuned = [index for index, task in enumerate(report.tasks)
+               if task.trials == 0 and not task.naive]
+    if not untuned:
+        return database
+    if plan is None:  # nothing measured this time (the budget was spent): learn from the log
+        scorer = scorer_from_records(prior, tasks, target, cost_prior=cost_prior,
+                                     cost_model=config.cost_model)
+    else:
+        xgb = python_instance(plan.cost_model)
+        scorer = ProgramScorer(xgb if hasattr(xgb, "booster") else None, cost_prior,
+                               equal_weight_samples=config.cost_model.equal_weight_samples,
+                               min_task_samples=config.cost_model.min_task_samples)
+    with pick_builder(config.measure) as builder:
+        database, picks = with_predicted(
+            database, tasks, untuned, target, scorer, seed=config.seed, builder=builder,
+            announce=lambda count: logger.info(
+                f"harl: {count} task(s) were never measured; the cost model picks one of "
+                f"{SAMPLES_PER_TASK} samples for each, built to check (not measured, not in the "
+                "tuning log) ..."))
+    if picks.failed_builds:
+        logger.info(f"harl: {picks.failed_builds} sampled pick(s) failed to build or were cut "
+                    "off; the task's next best took each one's place"
+                    + (f" ({picks.unbuilt_tasks} task(s) keep TVM's naive nest: none of their "
+                       "top samples built)" if picks.unbuilt_tasks else ""))
+    for index in picks.task_indices:
+        report.tasks[index].predicted = True
+    clock.lap("picks")
+    return database
