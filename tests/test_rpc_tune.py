@@ -33,6 +33,12 @@ def kill_group(pid: int) -> None:
     os.killpg(pid, signal.SIGKILL)  # the server, its popen worker and any session process
 
 
+def farm_logs(records) -> str:
+    """The tail of every farm process's log, for a failure's message."""
+    return "".join(f"\n--- {r.role} {r.pid} ---\n{Path(r.log).read_text()[-1500:]}"
+                   for r in records)
+
+
 def start_tune(work_dir: Path, port: int, key: str, trials: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "harl.tune", str(EXAMPLES / "mlp.onnx"), "--trials", str(trials),
@@ -80,7 +86,7 @@ def test_tunes_through_two_servers_overlapping_batches_and_survives_losing_one(t
         finally:
             if proc.poll() is None:
                 proc.kill()
-        assert proc.returncode == 0, err[-3000:]
+        assert proc.returncode == 0, err[-3000:] + farm_logs(records)
         assert "verified                 true" in out
         report = json.loads((work_dir / "report.json").read_text())
         assert report["verified"] is True and report["trials_done"] >= 10
