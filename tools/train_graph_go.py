@@ -34,6 +34,7 @@ import torch  # noqa: E402
 from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
 from benchlib.graph_training import (  # noqa: E402
     SAMPLES,
+    module_price,
     ppo_across_graphs,
     ppo_config,
     product_setting,
@@ -70,12 +71,10 @@ def make_envs(graph_specs, work: Path, cost_model, passes: int, *, rules,
     after `layout` (the conv layout pass), as a run prices it."""
     from harl.graph.search.common import CostMemo
 
-    def price(graph) -> float:
-        return cost_model.estimate(graph.mod if layout is None else layout(graph.mod)).total_ms
-
+    price = module_price(cost_model, layout)
     envs = {}
     for spec in graph_specs:
-        memo = CostMemo(price, key=lambda g: g.key())
+        memo = CostMemo(lambda graph: price(graph.mod), key=lambda g: g.key())
         graph = RelaxGraph(relax_graph_of(spec, work), rules)
         envs[spec.name] = GoEnv(graph, Priced(memo), passes=passes)
     return envs

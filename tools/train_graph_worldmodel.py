@@ -41,6 +41,7 @@ import torch  # noqa: E402
 from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
 from benchlib.graph_training import (  # noqa: E402
     SAMPLES,
+    module_price,
     ppo_across_graphs,
     ppo_config,
     product_setting,
@@ -68,8 +69,7 @@ class CorpusGraph:
     def __init__(self, spec, *, work: Path, cost_model, rules, layout) -> None:
         self.name = spec.name
         self.graph = RelaxGraph(relax_graph_of(spec, work), rules)
-        self.price = CostMemo(lambda mod: cost_model.estimate(
-            mod if layout is None else layout(mod)).total_ms)
+        self.price = CostMemo(module_price(cost_model, layout))
 
     def env(self, horizon: int, max_actions: int) -> tuple[GraphRewriteEnv, CostMemo]:
         """A real env on this graph with a memo of its own (counting its real estimates)."""

@@ -64,6 +64,14 @@ def product_setting(target, all_rules: bool):
     return search_rules(blocked_convs=layout is not None), layout
 
 
+def module_price(cost_model, layout):
+    """A Relax module's estimated milliseconds as a run prices it: after `layout` (the conv
+    layout pass of `product_setting`, or None)."""
+    def price(mod) -> float:
+        return cost_model.estimate(mod if layout is None else layout(mod)).total_ms
+    return price
+
+
 def provenance(tool: str, *, train_specs, held_specs, run: dict, seed: int,
                evaluation: dict) -> dict:
     """What a shipped policy's manifest says of its training: the tool, the pricing, the

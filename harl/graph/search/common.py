@@ -36,6 +36,11 @@ def configured_policy_path(setting: str, shipped: Path, what: str) -> Path | Non
     return None if setting == "fresh" else Path(setting)
 
 
+def policy_source(path: Path, shipped: Path) -> str:
+    """How graph.json names where a loaded policy came from: "shipped" or its path."""
+    return "shipped" if path == shipped else str(path)
+
+
 def actions(mod, rules: Sequence[Rule]) -> list[tuple[Rule, Match]]:
     """Every (rule, match) applicable to `mod`; a rule whose matching fails is skipped with
     one warning."""

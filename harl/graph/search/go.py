@@ -23,6 +23,7 @@ from harl.graph.search.common import (
     CostMemo,
     LearnedSearchResult,
     configured_policy_path,
+    policy_source,
 )
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def starting_go_policy(config: GoConfig, rule_names: tuple[str, ...], *, node_di
         policy, saved, manifest = load_policy(path, GoPolicy)
         if (set(rule_names) <= set(manifest["rules"])
                 and (manifest["node_dim"], manifest["edge_dim"]) == (node_dim, edge_dim)):
-            source = "shipped" if path == SHIPPED_GO_POLICY else str(path)
+            source = policy_source(path, SHIPPED_GO_POLICY)
             policy = restrict_rules(policy, manifest["rules"], rule_names)
             return policy, replace(config.ppo, hidden=saved.hidden, layers=saved.layers), source
         log.info("harl: graph: the GO policy in %s was trained on other rules or features; "

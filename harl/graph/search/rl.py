@@ -25,6 +25,7 @@ from harl.graph.search.common import (
     CostMemo,
     LearnedSearchResult,
     configured_policy_path,
+    policy_source,
 )
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: 
         policy, saved, manifest = load_policy(path, GraphPolicy)
         if (tuple(manifest["rules"]), manifest["node_dim"], manifest["edge_dim"]) == (
                 rule_names, node_dim, edge_dim):
-            source = "shipped" if path == SHIPPED_POLICY else str(path)
+            source = policy_source(path, SHIPPED_POLICY)
             return policy, replace(config.ppo, hidden=saved.hidden, layers=saved.layers), source
         log.info("harl: graph: the policy in %s was trained on other rules or features; "
                  "starting from a fresh one", path)

@@ -18,7 +18,12 @@ from pathlib import Path
 
 from harl.graph.rl.config import WorldModelConfig
 from harl.graph.rule import Rule
-from harl.graph.search.common import Cost, LearnedSearchResult, configured_policy_path
+from harl.graph.search.common import (
+    Cost,
+    LearnedSearchResult,
+    configured_policy_path,
+    policy_source,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,7 @@ def starting_agents(config: WorldModelConfig, rule_names: tuple[str, ...], *, no
     wanted = (list(rule_names), node_dim, edge_dim)
     if all((m["rules"], m["node_dim"], m["edge_dim"]) == wanted
            for m in (manifest, policy_manifest)):
-        source = "shipped" if path == SHIPPED_WORLD_MODEL else str(path)
+        source = policy_source(path, SHIPPED_WORLD_MODEL)
         ppo = replace(config.ppo, hidden=saved.hidden, layers=saved.layers)
         return model, policy, replace(config, ppo=ppo, model=model.config), source
     log.info("harl: graph: the world model and controller in %s were trained on other rules "
