@@ -188,6 +188,7 @@ def tune_tasks(tasks: list[TuningTask], target, plan: SearchPlan, work_dir: Path
                                      recorder=recorder, when="before tuning")
             if plan.allocator is not None:
                 for task_id, task in enumerate(stats):
+                    plan.allocator.know_trials(task_id, task.trials, task.best_s)
                     plan.allocator.know_latency(task_id, task.naive_s)
             try:
                 plan.task_scheduler.tune(

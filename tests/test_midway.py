@@ -56,3 +56,25 @@ def test_the_decision_runs_once_past_its_mark_and_ends_the_loop_only_where_it_sa
     (seen,) = on_disk  # once, with the batches up to the mark already in the database
     assert MARK <= seen < MARK + BATCH
     assert trials == (seen if stop else TRIALS)  # no batch handed out after a stop
+
+
+def test_a_new_graphs_loop_measures_the_tasks_no_loop_measured_first(tmp_path):
+    """The loop after a graph switch (or a resume without the allocator's checkpoint) starts a
+    fresh allocator: the larger tasks the first graph shared come with their trials, so the
+    new small task gets the first batch instead of waiting behind them."""
+    from harl.naive_nests import NaiveNestConfig
+    from harl.search.harl import harl_plan
+    from harl.tune import resume_state
+
+    _tune(tmp_path, stop=False)  # the first graph: matmul32 and matmul48, 12 trials
+    target = parse_target(None)
+    tasks = [TuningTask(f"matmul{n}", matmul_module(n), 1.0, 2 * n**3) for n in (32, 48, 16)]
+    resume = resume_state(tmp_path, tasks)
+    assert [s.trials > 0 for s in resume.stats] == [True, True, False]
+    plan = harl_plan(seed=0, num_cores=1, tasks=tasks, nests=NaiveNestConfig(measure=False))
+    _, stats = tune_tasks(tasks, target, plan, tmp_path,
+                          settings=LoopSettings(trials=BATCH, trials_per_batch=BATCH, seed=0,
+                                                num_cores=1),
+                          measure=MeasureConfig(), builder=FakeBuilder(), runner=FakeRunner(),
+                          resume=resume)
+    assert stats[2].trials == BATCH

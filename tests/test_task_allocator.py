@@ -178,3 +178,21 @@ def test_a_known_tasks_first_batch_that_all_failed_says_nothing_of_nests():
     allocator.update(1, 2, float("inf"))  # every candidate failed
     assert allocator.tasks[1].nest_drop is None and allocator.tasks[1].best_s == 1e-3
     assert allocator.expected_nest_drop() == AllocatorConfig().nest_drop_prior
+
+
+def test_tasks_an_earlier_loop_measured_let_the_unmeasured_ones_go_first():
+    """A new graph's loop (or a resume without the allocator's checkpoint): the large tasks the
+    first graph shared come with trials, and the small new one is visited before them."""
+    allocator = TaskAllocator([1.0] * 3, [1e9, 1e8, 1e6], AllocatorConfig(), seed=0)
+    allocator.know_trials(0, 6, 2e-3)
+    allocator.know_trials(1, 4, float("inf"))  # every earlier trial failed: visited all the same
+    allocator.know_trials(2, 0, float("inf"))  # nothing measured: still owed its first visit
+    assert allocator.select() == 2
+    assert allocator.tasks[0].trials == 6 and allocator.tasks[0].best_s == 2e-3
+
+
+def test_trials_an_allocator_already_counts_are_not_counted_again():
+    allocator = TaskAllocator([1.0] * 2, [1e6] * 2, AllocatorConfig(), seed=0)
+    allocator.update(0, trials=4, best_s=3e-3)  # as a restored checkpoint holds it
+    allocator.know_trials(0, 4, 3e-3)
+    assert (allocator.tasks[0].trials, allocator.tasks[0].batches) == (4, 1)

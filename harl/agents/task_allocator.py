@@ -145,6 +145,16 @@ class TaskAllocator:
         batches = sum(t.batches for t in self.tasks)
         return max(1.0, sum(t.trials for t in self.tasks) / batches) if batches else 1.0
 
+    def know_trials(self, task_id: int, trials: int, best_s: float) -> None:
+        """Trials of the task an earlier loop measured (a resume, or the graph level's new
+        graph whose tasks the first graph shared) where this allocator has no record of them:
+        the task counts as visited, so that the tasks no loop has measured come first."""
+        task = self.tasks[task_id]
+        if trials <= 0 or task.trials > 0 or task.batches > 0:
+            return
+        task.trials, task.batches = trials, 1
+        task.best_s = min(task.best_s, best_s)
+
     def know_latency(self, task_id: int, latency_s: float) -> None:
         """A latency of the task measured outside the trials: its best so far. Before its first
         batch, the task owes no visit, and its gain is what a first batch is expected to buy
