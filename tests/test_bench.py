@@ -37,6 +37,7 @@ from benchlib.report import (  # noqa: E402
     agent_split,
     paired_rows,
     reach_baseline,
+    reach_reference,
     summary_columns,
     summary_rows,
     vs_baseline,
@@ -137,6 +138,19 @@ def test_ratios_and_reach_pair_runs_with_metaschedule_of_the_same_seed():
     assert ms_row[4] == "10 (2/2)" and ms_row[5] == "89.5 [80, 99] (2/2)"
     assert harl_row[2] == "harl" and harl_row[3] == "1.00x [0.50, 1.50]"
     assert harl_row[4] == "6 (1/2)" and harl_row[6] == "1.75x [0.50, 3.00]"
+
+
+def test_trials_to_onnxruntime_scale_each_estimate_to_its_timed_build():
+    # timed 1.5x its final estimate of 2.0: the estimate must fall to 3.0 / 1.5 = 2.0
+    reaches = fake_run("harl", 0, 3.0, [CurvePoint(4, 10.0, 4.0), CurvePoint(8, 20.0, 2.0)])
+    never = fake_run("harl", 1, 4.0, [CurvePoint(4, 10.0, 3.0), CurvePoint(8, 20.0, 2.0)])
+    untimed = fake_run("harl", 2, None, [CurvePoint(8, 20.0, 1.0)])
+    reach = reach_reference([reaches, never, untimed], 3.0)
+    assert (reach.reached, reach.seeds, reach.trials.median) == (1, 2, 8)
+    assert reach_reference([reaches], None).seeds == 0
+    refs = {"m": {ONNXRUNTIME: 3.0, UNTUNED: 10.0}}
+    at = summary_columns().index("trials to onnxruntime")
+    assert summary_rows([reaches, never], refs, "harl")[0][at] == "8 (1/2)"
 
 
 def test_openvino_ratio_follows_onnxruntimes_only_where_openvino_was_timed(tmp_path):

@@ -123,6 +123,24 @@ def reach_baseline(group: Sequence[RunResult], runs: Sequence[RunResult],
                  spread(p.seconds for p in points))
 
 
+def reach_reference(group: Sequence[RunResult], reference_ms: float | None) -> Reach:
+    """Trials and tuning seconds until each run's estimate, scaled to its timed build (times
+    latency / final estimate: the share outside the tuned kernels held at the final's), first
+    reaches a reference runtime's latency such as onnxruntime's."""
+    points, seeds = [], 0
+    for run in group:
+        if (reference_ms is None or not run.curve or run.latency_ms is None
+                or not run.final_estimate_ms):
+            continue
+        seeds += 1
+        scale = run.latency_ms / run.final_estimate_ms
+        point = first_reaching(run.curve, reference_ms / scale)
+        if point is not None:
+            points.append(point)
+    return Reach(len(points), seeds, spread(p.trials for p in points),
+                 spread(p.seconds for p in points))
+
+
 def _spread_text(s: Spread | None, form: str = ".3g", suffix: str = "") -> str:
     if s is None:
         return "n/a"
@@ -149,7 +167,8 @@ def summary_columns(baseline: str = BASELINE, openvino: bool = False) -> tuple[s
     """summary.md's table header; `openvino` adds "tuned / openvino" (see `timed_openvino`)."""
     return ("model", "trials", "arm", f"latency / {baseline}", f"trials to {baseline}'s final",
             f"tuning s to {baseline}'s final", "tuned / onnxruntime",
-            *(("tuned / openvino",) if openvino else ()), "tuning wall s",
+            *(("tuned / openvino",) if openvino else ()), "trials to onnxruntime",
+            "tuning wall s",
             "per trial s: build / run / search+cost model (harl: agents, cost-model training)")
 
 
@@ -189,6 +208,7 @@ def summary_rows(runs: Sequence[RunResult], references: dict[str, dict[str, floa
             _spread_text(spread(ratio(r.latency_ms, ort) for r in group), ".2f", "x"),
             *([_spread_text(spread(ratio(r.latency_ms, ov) for r in group), ".2f", "x")]
               if openvino else []),
+            _reach_text(reach_reference(group, ort), "trials"),
             _spread_text(spread(r.report.get("tune_seconds") for r in group)),
             cost_text,
         ])
@@ -240,7 +260,9 @@ def write_summary(path: Path, header: Sequence[str], runs: Sequence[RunResult],
              "estimate (weighted sum of the best measured task latencies, counted once every "
              f"task is measured) first reaches the final estimate of the {baseline} run with "
              "the same budget and seed, with the number of seeds that reached it; for "
-             f"{baseline} itself, when it reached its own final. Per-trial seconds: the loop's "
+             f"{baseline} itself, when it reached its own final. \"trials to onnxruntime\": "
+             "trials until a run's estimate, scaled by its timed latency over its final "
+             "estimate, first reaches onnxruntime's latency. Per-trial seconds: the loop's "
              "wall time per measured trial, split into building, running (measuring) and the "
              "rest (search strategy, cost model, scheduler). Arms:", "",
              *(f"- {name}: `--strategy {arm.strategy}`"
