@@ -15,13 +15,14 @@
    leaves smaller tasks to the run's own model).
 
 A synthetic model sharing a conv or matmul shape with a model harl is benchmarked on (the
-examples, the bench's kernels, the ONNX package's light models) is refused as training data: the
-prior must not have seen what it is judged on.
+examples, the bench's kernels, the ONNX package's light models, the corpus's held-out models) is
+refused as training data: the prior must not have seen what it is judged on.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -34,13 +35,25 @@ from benchlib.runs import RunSpec, run_tuning  # noqa: E402
 from benchlib.synthetic import FLOP_RANGE, SMALL_FLOP_RANGE, synthetic_models  # noqa: E402
 
 
-def benchmarked_models() -> list[str]:
+def benchmarked_models(corpus: Path = ROOT / "logs" / "corpus") -> list[str]:
     """Every model harl is measured on: the examples, the bench's kernels, the ONNX package's
-    light models (SqueezeNet and the unseen-model sweep)."""
+    light models (SqueezeNet and the unseen-model sweep), and the corpus's held-out models
+    found in `corpus` (tools/make_corpus.py writes them there; one line names those missing)."""
     examples = sorted(str(p) for p in (ROOT / "tasks" / "examples").glob("*.onnx"))
+    held_out = [record["name"] for record in json.loads(CORPUS_MANIFEST.read_text())["models"]
+                if record["split"] == "held-out"]
+    found = [corpus / f"{name}.onnx" for name in held_out]
+    missing = [path.stem for path in found if not path.is_file()]
+    if missing:
+        print(f"train_cost_prior: held-out corpus models not in {corpus}, so not refused: "
+              f"{', '.join(missing)} (python tools/make_corpus.py --split held-out)", flush=True)
     return [*examples, "kernel:conv56", "kernel:matmul512",
-            *(f"light:{name}" for name in light_model_names())]
+            *(f"light:{name}" for name in light_model_names()),
+            *(str(path) for path in found if path.is_file())]
 
+
+CORPUS_MANIFEST = ROOT / "tasks" / "corpus.json"
+"""the corpus's models and splits (tools/make_corpus.py)"""
 
 SMALL_MODELS = "small"
 """name of the small models (0.1-1 MFLOP operators), and of their run folders"""
