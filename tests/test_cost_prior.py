@@ -43,7 +43,7 @@ from benchlib.synthetic import (  # noqa: E402
     synthetic_models,
 )
 from replay_scorers import main as replay_scorers  # noqa: E402
-from train_cost_prior import smallest_drawn  # noqa: E402
+from train_cost_prior import benchmarked_models, smallest_drawn  # noqa: E402
 
 
 def test_the_shipped_prior_applies_to_cpu_targets_on_its_tvm_only(tmp_path, harl_messages):
@@ -210,6 +210,18 @@ def test_the_prior_is_used_down_to_the_smallest_flops_it_was_trained_on():
     big, small = runs / "synthetic00" / "harl-t64-s0", runs / "small03" / "harl-t64-s0"
     assert smallest_drawn([big, small]) == SMALL_FLOP_RANGE[0] < FLOP_RANGE[0]
     assert smallest_drawn([big]) == FLOP_RANGE[0]  # the small runs failed or were not asked
+
+
+def test_the_corpus_held_out_models_found_are_refused_as_training_shapes(tmp_path, capsys):
+    records = json.loads((ROOT / "tasks" / "corpus.json").read_text())["models"]
+    held_out = [r["name"] for r in records if r["split"] == "held-out"]
+    development = next(r["name"] for r in records if r["split"] == "dev")
+    for name in (held_out[0], development):
+        (tmp_path / f"{name}.onnx").write_bytes(b"")
+    refused = benchmarked_models(tmp_path)
+    assert str(tmp_path / f"{held_out[0]}.onnx") in refused
+    assert not any(development in spec for spec in refused)  # development models may be seen
+    assert held_out[1] in capsys.readouterr().out  # named as missing, so not refused
 
 
 @pytest.mark.slow  # a developer tool, not the product: kept out of CI for time

@@ -34,6 +34,9 @@ from benchlib.models import light_model_names  # noqa: E402
 from benchlib.runs import RunSpec, run_tuning  # noqa: E402
 from benchlib.synthetic import FLOP_RANGE, SMALL_FLOP_RANGE, synthetic_models  # noqa: E402
 
+CORPUS_MANIFEST = ROOT / "tasks" / "corpus.json"
+"""the corpus's models and splits (tools/make_corpus.py)"""
+
 
 def benchmarked_models(corpus: Path = ROOT / "logs" / "corpus") -> list[str]:
     """Every model harl is measured on: the examples, the bench's kernels, the ONNX package's
@@ -51,9 +54,6 @@ def benchmarked_models(corpus: Path = ROOT / "logs" / "corpus") -> list[str]:
             *(f"light:{name}" for name in light_model_names()),
             *(str(path) for path in found if path.is_file())]
 
-
-CORPUS_MANIFEST = ROOT / "tasks" / "corpus.json"
-"""the corpus's models and splits (tools/make_corpus.py)"""
 
 SMALL_MODELS = "small"
 """name of the small models (0.1-1 MFLOP operators), and of their run folders"""
