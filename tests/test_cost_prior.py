@@ -34,6 +34,7 @@ from harl.tvm_adapter import python_instance, xgb_predict
 
 sys.path.insert(0, str(ROOT / "tools"))
 
+import make_corpus  # noqa: E402
 from benchlib.prior import train_and_write  # noqa: E402
 from benchlib.synthetic import (  # noqa: E402
     FLOP_RANGE,
@@ -213,9 +214,9 @@ def test_the_prior_is_used_down_to_the_smallest_flops_it_was_trained_on():
 
 
 def test_the_corpus_held_out_models_found_are_refused_as_training_shapes(tmp_path, capsys):
-    records = json.loads((ROOT / "tasks" / "corpus.json").read_text())["models"]
-    held_out = [r["name"] for r in records if r["split"] == "held-out"]
-    development = next(r["name"] for r in records if r["split"] == "dev")
+    records = make_corpus.manifest()
+    held_out = [r["name"] for r in records if r["split"] == make_corpus.HELD_OUT]
+    development = next(r["name"] for r in records if r["split"] == make_corpus.DEV)
     for name in (held_out[0], development):
         (tmp_path / f"{name}.onnx").write_bytes(b"")
     refused = benchmarked_models(tmp_path)

@@ -22,7 +22,6 @@ refused as training data: the prior must not have seen what it is judged on.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -33,9 +32,7 @@ from benchlib.machine import ROOT  # noqa: E402
 from benchlib.models import light_model_names  # noqa: E402
 from benchlib.runs import RunSpec, run_tuning  # noqa: E402
 from benchlib.synthetic import FLOP_RANGE, SMALL_FLOP_RANGE, synthetic_models  # noqa: E402
-
-CORPUS_MANIFEST = ROOT / "tasks" / "corpus.json"
-"""the corpus's models and splits (tools/make_corpus.py)"""
+from make_corpus import HELD_OUT, manifest  # noqa: E402
 
 
 def benchmarked_models(corpus: Path = ROOT / "logs" / "corpus") -> list[str]:
@@ -43,8 +40,7 @@ def benchmarked_models(corpus: Path = ROOT / "logs" / "corpus") -> list[str]:
     light models (SqueezeNet and the unseen-model sweep), and the corpus's held-out models
     found in `corpus` (tools/make_corpus.py writes them there; one line names those missing)."""
     examples = sorted(str(p) for p in (ROOT / "tasks" / "examples").glob("*.onnx"))
-    held_out = [record["name"] for record in json.loads(CORPUS_MANIFEST.read_text())["models"]
-                if record["split"] == "held-out"]
+    held_out = [record["name"] for record in manifest() if record["split"] == HELD_OUT]
     found = [corpus / f"{name}.onnx" for name in held_out]
     missing = [path.stem for path in found if not path.is_file()]
     if missing:

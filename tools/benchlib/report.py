@@ -6,7 +6,7 @@ Ratios pair each run with the baseline arm's run of the same model, budget and s
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,38 +107,34 @@ class Reach:
     seconds: Spread | None
 
 
-def reach_baseline(group: Sequence[RunResult], runs: Sequence[RunResult],
-                   baseline: str = BASELINE) -> Reach:
-    """Trials and tuning seconds each run needs to reach its baseline twin's final estimate."""
+def _reach(targets: Iterable[tuple[RunResult, float]]) -> Reach:
+    """Per (run, target estimate in ms): when the run's estimate curve first reaches it."""
     points, seeds = [], 0
-    for run in group:
-        base = baseline_of(run, runs, baseline)
-        if base is None or base.final_estimate_ms is None or not run.curve:
-            continue
+    for run, target_ms in targets:
         seeds += 1
-        point = first_reaching(run.curve, base.final_estimate_ms)
+        point = first_reaching(run.curve, target_ms)
         if point is not None:
             points.append(point)
     return Reach(len(points), seeds, spread(p.trials for p in points),
                  spread(p.seconds for p in points))
+
+
+def reach_baseline(group: Sequence[RunResult], runs: Sequence[RunResult],
+                   baseline: str = BASELINE) -> Reach:
+    """Trials and tuning seconds each run needs to reach its baseline twin's final estimate."""
+    bases = ((run, baseline_of(run, runs, baseline)) for run in group)
+    return _reach((run, base.final_estimate_ms) for run, base in bases
+                  if base is not None and base.final_estimate_ms is not None and run.curve)
 
 
 def reach_reference(group: Sequence[RunResult], reference_ms: float | None) -> Reach:
     """Trials and tuning seconds until each run's estimate, scaled to its timed build (times
     latency / final estimate: the share outside the tuned kernels held at the final's), first
     reaches a reference runtime's latency such as onnxruntime's."""
-    points, seeds = [], 0
-    for run in group:
-        if (reference_ms is None or not run.curve or run.latency_ms is None
-                or not run.final_estimate_ms):
-            continue
-        seeds += 1
-        scale = run.latency_ms / run.final_estimate_ms
-        point = first_reaching(run.curve, reference_ms / scale)
-        if point is not None:
-            points.append(point)
-    return Reach(len(points), seeds, spread(p.trials for p in points),
-                 spread(p.seconds for p in points))
+    if reference_ms is None:
+        return _reach(())
+    return _reach((run, reference_ms * run.final_estimate_ms / run.latency_ms) for run in group
+                  if run.curve and run.latency_ms and run.final_estimate_ms)
 
 
 def _spread_text(s: Spread | None, form: str = ".3g", suffix: str = "") -> str:
