@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import train_graph_rl  # noqa: E402
 import train_graph_worldmodel  # noqa: E402
 from benchlib.graph_corpus import specs, split  # noqa: E402
+from benchlib.graph_training import product_setting  # noqa: E402
 
 from harl.graph.rl.config import PPOConfig  # noqa: E402
 from harl.graph.rl.policy import GraphPolicy  # noqa: E402
@@ -49,8 +50,11 @@ def test_a_short_training_evaluates_and_saves(tmp_path):
     from harl.target import parse_target
 
     chosen = [s for s in specs() if s.name in ("gated_mlp_w32x1", "fire_s24")]
-    cost_model = GraphCostModel(parse_target("llvm"), samples=0)
-    envs = train_graph_rl.make_envs(chosen, tmp_path, cost_model)
+    target = parse_target("llvm")
+    cost_model = GraphCostModel(target, samples=0)
+    rules, layout = product_setting(target, all_rules=False)
+    envs = train_graph_rl.make_envs(chosen, tmp_path, cost_model, rules=rules, layout=layout)
+    assert envs["fire_s24"].start.rule_names == tuple(rule.name for rule in rules)
     config = PPOConfig(episodes_per_update=2, hidden=16, layers=1)
     trainer = Trainer(make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                                   rules=len(envs["fire_s24"].start.rule_names), config=config),

@@ -10,7 +10,9 @@ benchmark model; its held-out third is never trained on. Graphs are priced as th
 first search prices them, by GraphCostModel with the shipped cost-model prior, but with 4
 sampled schedules per unmeasured task instead of 16: on these small graphs a new graph costs
 0.1-0.4 s, so training fits a few CPU-minutes (the roofline alone, `samples=0`, is faster but
-sees almost no rewrite pay on them). The product fine-tunes online with its own estimates.
+sees almost no rewrite pay on them). As in a run on this CPU, a graph is priced after the conv
+layout pass and the rules are the search's (blocked convs, no NHWC rules; --all-rules: every
+rule, no layout). The product fine-tunes online with its own estimates.
 The policy is written as .npz (weights) and .json (config, corpus, updates, date, TVM version,
 the evaluation) only where its best-of-k episodes cut the held-out graphs' cost more than a
 random policy's, unless --force.
@@ -30,8 +32,10 @@ import torch  # noqa: E402
 from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
 from benchlib.graph_training import (  # noqa: E402
     SAMPLES,
+    module_price,
     ppo_across_graphs,
     ppo_config,
+    product_setting,
     provenance,
     training_parser,
 )
@@ -47,15 +51,17 @@ ROOT = Path(__file__).resolve().parents[1]
 HORIZON = 6
 
 
-def make_envs(graph_specs, work: Path, cost_model) -> dict[str, GraphRewriteEnv]:
-    """One environment per corpus graph, each with its own cost memo."""
-    from harl.graph.rules import ALL_RULES
+def make_envs(graph_specs, work: Path, cost_model, *, rules,
+              layout=None) -> dict[str, GraphRewriteEnv]:
+    """One environment per corpus graph over `rules`, each with its own cost memo; a graph is
+    priced after `layout` (the conv layout pass), as a run prices it."""
     from harl.graph.search.common import CostMemo
 
+    price = module_price(cost_model, layout)
     envs = {}
     for spec in graph_specs:
-        memo = CostMemo(lambda mod: cost_model.estimate(mod).total_ms)
-        graph = RelaxGraph(relax_graph_of(spec, work), ALL_RULES)
+        memo = CostMemo(price)
+        graph = RelaxGraph(relax_graph_of(spec, work), rules)
         envs[spec.name] = GraphRewriteEnv(graph, lambda g, memo=memo: memo(g.mod),
                                           horizon=HORIZON)
     return envs
@@ -99,7 +105,7 @@ def evaluate(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, k: int,
             "random_no_stop_best_of_k": max(cut(random_episode(env, rng, stops=False))
                                             for _ in range(k)),
             "greedy_search": cut(greedy_search(env.start.mod, lambda mod, env=env: env.cost(
-                RelaxGraph(mod, env.start.rules)), max_evals=60).cost)}
+                RelaxGraph(mod, env.start.rules)), rules=env.start.rules, max_evals=60).cost)}
     means = {key: float(np.mean([row[key] for row in rows.values()]))
              for key in next(iter(rows.values()))}
     return {"k": k, "per_graph": rows, "mean_cut_percent": means}
@@ -115,7 +121,8 @@ def online(envs: dict[str, GraphRewriteEnv], policy: str) -> dict:
     rows = {}
     for name, env in envs.items():
         found = rl_search(env.start.mod, lambda mod, env=env: env.cost(
-            RelaxGraph(mod, env.start.rules)), config=RlConfig(policy=policy))
+            RelaxGraph(mod, env.start.rules)), config=RlConfig(policy=policy),
+            rules=env.start.rules)
         rows[name] = 100.0 * (env.initial_cost - found.cost) / env.initial_cost
     return {"per_graph": rows, "mean_cut_percent": float(np.mean(list(rows.values())))}
 
@@ -130,6 +137,9 @@ def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, m
 def main(argv: list[str] | None = None) -> int:
     parser = training_parser(__doc__.split("\n\n")[0], updates=300, minutes=8.0, k=4,
                              out=SHIPPED_POLICY, work=ROOT / "logs" / "graph_rl")
+    parser.add_argument("--all-rules", action="store_true",
+                        help="every rule and no conv layout pass (default: the rules and layout "
+                             "a run's search has on this CPU)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -138,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
 
     (args.work / "corpus").mkdir(parents=True, exist_ok=True)
     train_specs, held_specs = split(specs())
-    cost_model = GraphCostModel(parse_target("llvm"), samples=SAMPLES)
-    held = make_envs(held_specs, args.work / "corpus", cost_model)
+    target = parse_target("llvm")
+    cost_model = GraphCostModel(target, samples=SAMPLES)
+    rules, layout = product_setting(target, args.all_rules)
+    held = make_envs(held_specs, args.work / "corpus", cost_model, rules=rules, layout=layout)
     config = ppo_config(args.ppo)
     if args.evaluate is not None:
         policy, config, _ = load_policy(args.evaluate, GraphPolicy)
@@ -148,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         for start in (str(args.evaluate), "fresh"):
             print(f"online from {start}: {online(held, start)}")
         return 0
-    envs = make_envs(train_specs, args.work / "corpus", cost_model)
+    envs = make_envs(train_specs, args.work / "corpus", cost_model, rules=rules, layout=layout)
     policy = make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                          rules=len(next(iter(envs.values())).start.rule_names), config=config,
                          seed=args.seed)
@@ -182,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     **provenance("tools/train_graph_rl.py", train_specs=train_specs,
                                  held_specs=held_specs, run=run, seed=args.seed,
                                  evaluation=result),
+                    "conv_layout": "imported" if layout is None else "nchwc",
                     "horizon": HORIZON, "untrained_policy_mean_cut_percent": fresh})
     print(f"written: {args.out} and {args.out.with_suffix('.json')}")
     return 0
