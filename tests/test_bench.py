@@ -426,9 +426,11 @@ def test_kernel_rows_place_each_kernel_against_the_fma_peak():
     calls = {"copy": 1, "fused_matmul": 2, "other": 1}
     flops = {"fused_matmul": 1e9, "copy": 0.0}  # "other" is no task of the model
     tasks = {"fused_matmul": {"best_ms": 0.9, "weight": 2.0, "trials": 8, "naive": False}}
-    rows = kernel_rows(4.0, kernel_ms, calls, flops, tasks, peak_gflops=2000.0)
+    rows = kernel_rows(4.0, kernel_ms, calls, flops, tasks, peak_gflops=2000.0,
+                       cold_ms={"fused_matmul": 3.0})
     assert [row["function"] for row in rows] == ["fused_matmul", "copy", "other"]
     matmul, copy, other = rows
+    assert matmul["cold_ms"] == 3.0 and copy["cold_ms"] is None
     assert matmul["gflops"] == pytest.approx(1000.0)  # 2 GFLOP in 2 ms
     assert matmul["peak_percent"] == pytest.approx(50.0) and matmul["mflop"] == 1000.0
     assert matmul["estimate_ms"] == pytest.approx(1.8) and matmul["share"] == 0.5
@@ -457,12 +459,14 @@ def test_kernel_times_places_each_kernel_against_the_measured_fma_peak(tuned_cnn
     lines = tool.stdout.splitlines()
     assert lines[1].startswith("fp32 FMA peak on ") and " measured " in lines[1]
     assert "GFLOP/s" in lines[2] and "of the measured peak" in lines[2]
-    assert lines[3].split()[5:8] == ["MFLOP", "GFLOP/s", "%peak"]
+    assert lines[3].split()[5:10] == ["MFLOP", "GFLOP/s", "%peak", "cold", "ms"]
     printed = {line.split()[-1]: line.split() for line in lines[4:]}
     data = json.loads(out.read_text())
     assert data["fma_peak_gflops"] > 0 and data["threads"] >= 1
     assert math.isfinite(data["model_gflops"]) and data["model_gflops"] > 0
     assert [row["function"] for row in data["kernels"]] == list(printed)  # all of them, in order
+    assert data["kernels_cold_ms"] == pytest.approx(sum(r["cold_ms"] for r in data["kernels"]))
+    assert all(row["cold_ms"] > 0 for row in data["kernels"])
     convs = [row for row in data["kernels"] if "conv2d" in row["function"]]
     assert len(convs) == 2
     for row in data["kernels"]:

@@ -5,12 +5,15 @@
 TVM 0.27's Relax VM has no profiler. This compiles MODEL with WORK_DIR's database (as
 tools/compare_work_dirs.py does), times the whole model, then runs it once with an instrument
 that notes each call the VM makes and its arguments, and times each kernel again on those same
-arguments (hot caches: the way the tuner measured it). Per function it prints the calls per
-model run, the time they take, and what the work dir's report.json says of the task: its
-weighted estimate (best latency x occurrences), trials, and whether TVM's unscheduled nest
-serves it. The model's latency minus the kernels' sum is the rest: the VM's own calls
-(allocations, reshapes), the thread pool's wake-ups between kernels, and the caches a kernel
-finds cold in the model's sequence.
+arguments (hot caches: the way the tuner measured it), and once more cold: every argument but
+the first (a kernel's data input, which the kernel before it has just written) flushed from the
+caches before each call, as a kernel finds its weights in a model whose weights outgrow the
+caches. Per function it prints the calls per model run, the time they take hot, and what the
+work dir's report.json says of the task: its weighted estimate (best latency x occurrences),
+trials, and whether TVM's unscheduled nest serves it; then the cold time. The model's latency
+minus the kernels' hot sum is the rest: the caches a kernel finds cold in the model's sequence
+(up to the cold sum's excess over the hot one), the VM's own calls (allocations, reshapes) and
+the thread pool's wake-ups between kernels.
 
 Each row also places its kernel on the roofline: its MFLOP per call (TVM's estimate for the task,
 as in report.json), the GFLOP/s it achieved (FLOPs x calls / time) and its percentage of the
@@ -28,13 +31,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
 PREPACKED_SUFFIX = "_prepacked"
 """what TVM's SplitLayoutRewritePreproc appends to a function whose weights it packs ahead"""
 MIN_SECONDS = 0.01  # a kernel's timing averages runs over at least this long
+COLD_REPEATS = 7  # cold timings of a kernel call (one run each, after a flush); the median counts
 
 
 def main() -> None:
@@ -82,16 +88,18 @@ def main() -> None:
     built = CompiledModel(compile_model(relax_mod, target, database, prepack_weights=prepacked),
                           target, [spec.name for spec in model.inputs])
     model_ms = built.median_latency_ms(inputs, args.repeats)
-    kernel_ms, calls = kernel_times(built, inputs)
+    kernel_ms, cold_ms, calls = kernel_times(built, inputs)
     tasks = task_summaries(args.work_dir)
     flops = {name: task["flop"] for name, task in tasks.items()}  # TVM's count, as tuned
     with tempfile.TemporaryDirectory() as folder:  # the FMA kernel's C source and library
         peak = measure_peak(Path(folder), threads)
     mhz = cpu_mhz()
-    rows = kernel_rows(model_ms, kernel_ms, calls, flops, tasks, peak.gflops_all_cores)
+    rows = kernel_rows(model_ms, kernel_ms, calls, flops, tasks, peak.gflops_all_cores,
+                       cold_ms=cold_ms)
     model_flop = sum(row["mflop"] * row["calls"] for row in rows if row["mflop"]) * 1e6
     header = {"model": str(args.model), "work_dir": str(args.work_dir), "model_ms": model_ms,
-              "kernels_ms": sum(kernel_ms.values()), "kernel_calls": sum(calls.values()),
+              "kernels_ms": sum(kernel_ms.values()), "kernels_cold_ms": sum(cold_ms.values()),
+              "kernel_calls": sum(calls.values()),
               "model_mflop": model_flop / 1e6, "model_gflops": model_flop / (model_ms * 1e6),
               "threads": threads, "fma_peak_gflops": peak.gflops_all_cores,
               "fma_peak_one_core_gflops": peak.gflops_one_core, "fma_lanes": peak.lanes,
@@ -102,11 +110,15 @@ def main() -> None:
         args.json.write_text(json.dumps({**header, "kernels": rows}, indent=2) + "\n")
 
 
-def kernel_times(built, inputs) -> tuple[dict[str, float], dict[str, int]]:
-    """Per function the VM called with tensors only (kernels): ms per model run, and calls."""
+def kernel_times(built, inputs) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    """Per function the VM called with tensors only (kernels): ms per model run hot, ms per
+    model run cold (all arguments but the first flushed from the caches before each call), and
+    calls."""
     import tvm
 
     from harl.evaluate import median_wall_ms
+
+    flush = tvm.get_global_func("cache_flush_cpu_non_first_arg")  # MetaSchedule's cold timing
 
     seen = []
 
@@ -118,14 +130,26 @@ def kernel_times(built, inputs) -> tuple[dict[str, float], dict[str, int]]:
     built.vm.set_instrument(note_call)
     built.run(inputs)
     built.vm.set_instrument(lambda *_: 0)
-    kernel_ms, calls = defaultdict(float), defaultdict(int)
+    kernel_ms, cold_ms, calls = defaultdict(float), defaultdict(float), defaultdict(int)
     for name, func, call_args in seen:
         if not call_args or not all(isinstance(a, tvm.runtime.Tensor) for a in call_args):
             continue  # the VM's builtins take shapes, storage and constants
         kernel_ms[name] += median_wall_ms(lambda f=func, a=call_args: f(*a), repeats=1,
                                           min_seconds=MIN_SECONDS)
+        cold_ms[name] += cold_call_ms(func, call_args, flush)
         calls[name] += 1
-    return dict(kernel_ms), dict(calls)
+    return dict(kernel_ms), dict(cold_ms), dict(calls)
+
+
+def cold_call_ms(func, args, flush, repeats: int = COLD_REPEATS) -> float:
+    """Median ms of one call of `func` on `args`, each run right after `flush(*args)`."""
+    samples = []
+    for _ in range(repeats):
+        flush(*args)
+        start = time.perf_counter()
+        func(*args)
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
 
 
 def task_summaries(work_dir: Path) -> dict[str, dict]:
@@ -136,10 +160,12 @@ def task_summaries(work_dir: Path) -> dict[str, dict]:
 
 
 def kernel_rows(model_ms: float, kernel_ms: dict[str, float], calls: dict[str, int],
-                flops: dict[str, float], tasks: dict[str, dict],
-                peak_gflops: float) -> list[dict]:
-    """Per kernel, slowest first: its time, calls and report facts, and where it stands against
-    the peak (GFLOP/s and its percentage are None for a kernel without FLOPs or not a task)."""
+                flops: dict[str, float], tasks: dict[str, dict], peak_gflops: float, *,
+                cold_ms: dict[str, float] | None = None) -> list[dict]:
+    """Per kernel, slowest first: its time (hot, and cold where `cold_ms` has it), calls and
+    report facts, and where it stands against the peak (GFLOP/s and its percentage, from the hot
+    time, are None for a kernel without FLOPs or not a task)."""
+    cold_ms = cold_ms or {}
     rows = []
     for name, ms in sorted(kernel_ms.items(), key=lambda item: -item[1]):
         # a schedule that packs its weights is compiled as "<task>_prepacked"
@@ -149,7 +175,8 @@ def kernel_rows(model_ms: float, kernel_ms: dict[str, float], calls: dict[str, i
         task = tasks.get(task_name)
         measured = task is not None and task["best_ms"] is not None
         rows.append({
-            "function": name, "ms": ms, "share": ms / model_ms, "calls": calls[name],
+            "function": name, "ms": ms, "cold_ms": cold_ms.get(name), "share": ms / model_ms,
+            "calls": calls[name],
             "estimate_ms": task["best_ms"] * task["weight"] if measured else None,
             "trials": task["trials"] if measured else None,
             "naive": bool(task.get("naive")) if measured else None,
@@ -162,7 +189,8 @@ def print_table(header: dict, rows: list[dict], top: int) -> None:
     model_ms, total = header["model_ms"], header["kernels_ms"]
     print(f"model {model_ms:.4g} ms; its {header['kernel_calls']} kernel calls alone "
           f"{total:.4g} ms; the rest (VM calls, thread wake-ups, cold caches) "
-          f"{model_ms - total:.4g} ms")
+          f"{model_ms - total:.4g} ms; the kernels cold (all but their first argument flushed "
+          f"from the caches) {header['kernels_cold_ms']:.4g} ms")
     peak, theory = header["fma_peak_gflops"], header["theoretical_peak_gflops"]
     theory_text = ("unknown (no clock in /proc/cpuinfo)" if theory is None else
                    f"{theory:.1f} = {header['threads']} cores x {header['cpu_mhz'] / 1e3:.2f} GHz "
@@ -175,7 +203,8 @@ def print_table(header: dict, rows: list[dict], top: int) -> None:
           f"{header['model_gflops']:.4g} GFLOP/s, {header['model_gflops'] / peak:.2%} of the "
           "measured peak")
     print(f"{'ms':>9} {'share':>6} {'calls':>5} {'estimate':>9} {'trials':>6} {'MFLOP':>9} "
-          f"{'GFLOP/s':>8} {'%peak':>6}  function (*: TVM's unscheduled nest is the task's best)")
+          f"{'GFLOP/s':>8} {'%peak':>6} {'cold ms':>9}  function (*: TVM's unscheduled nest is "
+          "the task's best)")
     for row in rows[:top]:
         estimate = trials = "-"  # a function that is no task of the work dir's, or unmeasured
         if row["estimate_ms"] is not None:
@@ -185,8 +214,9 @@ def print_table(header: dict, rows: list[dict], top: int) -> None:
         gflops = percent = "-"
         if row["gflops"] is not None:
             gflops, percent = f"{row['gflops']:.4g}", f"{row['peak_percent']:.3g}%"
+        cold = "-" if row["cold_ms"] is None else f"{row['cold_ms']:.4g}"
         print(f"{row['ms']:9.4g} {row['share']:6.1%} {row['calls']:5d} {estimate:>9} "
-              f"{trials:>6} {mflop:>9} {gflops:>8} {percent:>6}  {row['function']}")
+              f"{trials:>6} {mflop:>9} {gflops:>8} {percent:>6} {cold:>9}  {row['function']}")
 
 
 if __name__ == "__main__":
