@@ -153,7 +153,7 @@ def _say(label: str, means: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = training_parser(__doc__.split("\n\n")[0], updates=200, minutes=6.0, k=8,
                              out=SHIPPED_GO_POLICY, work=ROOT / "logs" / "graph_go",
-                             k_help="random episodes per held-out graph")
+                             k_help="random episodes per held-out graph", all_rules=True)
     parser.add_argument("--passes", type=int, default=GoConfig.passes,
                         help="passes per episode, in training and evaluation")
     parser.add_argument("--segment", type=int, default=GoConfig.segment)
@@ -161,9 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--online", action="store_true",
                         help="also run --graph go at its defaults on the held-out graphs, from "
                              "the trained policy and from a fresh one")
-    parser.add_argument("--all-rules", action="store_true",
-                        help="every rule and no conv layout pass (default: the rules and layout "
-                             "a run's search has on this CPU)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 

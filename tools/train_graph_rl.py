@@ -136,10 +136,7 @@ def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, m
 
 def main(argv: list[str] | None = None) -> int:
     parser = training_parser(__doc__.split("\n\n")[0], updates=300, minutes=8.0, k=4,
-                             out=SHIPPED_POLICY, work=ROOT / "logs" / "graph_rl")
-    parser.add_argument("--all-rules", action="store_true",
-                        help="every rule and no conv layout pass (default: the rules and layout "
-                             "a run's search has on this CPU)")
+                             out=SHIPPED_POLICY, work=ROOT / "logs" / "graph_rl", all_rules=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 

@@ -24,9 +24,10 @@ COST = f"GraphCostModel with the shipped prior, samples={SAMPLES}, llvm"
 def training_parser(description: str, *, updates: int, minutes: float, k: int, out: Path,
                     work: Path, updates_help: str = "PPO updates at most",
                     k_help: str = "episodes per held-out graph",
-                    what: str = "policy", beat: str = "random") -> argparse.ArgumentParser:
+                    what: str = "policy", beat: str = "random",
+                    all_rules: bool = False) -> argparse.ArgumentParser:
     """The options every tool takes, with the tool's defaults and words: `what` it trains and
-    what it must `beat` to be written."""
+    what it must `beat` to be written; with `all_rules`, --all-rules (see `product_setting`)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--updates", type=int, default=updates, help=updates_help)
     parser.add_argument("--minutes", type=float, default=minutes, help="training time limit")
@@ -40,6 +41,10 @@ def training_parser(description: str, *, updates: int, minutes: float, k: int, o
                         help="PPOConfig fields to change, e.g. entropy_coef=0.03")
     parser.add_argument("--force", action="store_true",
                         help=f"write the {what} even where it does not beat {beat}")
+    if all_rules:
+        parser.add_argument("--all-rules", action="store_true",
+                            help="every rule and no conv layout pass (default: the rules and "
+                                 "layout a run's search has on this CPU)")
     return parser
 
 
