@@ -23,7 +23,7 @@ from harl.config import VerifyConfig
 from harl.frontend.onnx_model import import_model, load_onnx
 from harl.graph.config import GraphConfig
 from harl.graph.pipeline import REWRITTEN_FILE, GraphStage, laid_out, same_graph
-from harl.graph.rules.nchwc import ConvertLayoutNCHWc, channel_block, to_nchwc
+from harl.graph.rules.nchwc import ConvertLayoutNCHWc, channel_block, output_lanes, to_nchwc
 from harl.target import parse_target
 
 
@@ -78,12 +78,52 @@ def cnn(tmp_path_factory):
 def test_blocked_graph_computes_what_onnxruntime_does(cnn, block, convs_left):
     model, mod = cnn
     blocked = to_nchwc(mod, block)
-    assert op_count(blocked, "relax.nn.conv2d") == convs_left  # the 8-channel conv at 16
+    # the 8-channel conv at 16 lanes: no conv reads it, so it keeps NCHW (no narrower block)
+    assert op_count(blocked, "relax.nn.conv2d") == convs_left
     # Into the blocks at the stem, out of them after the global pool (at 16 lanes: before the
     # 8-channel conv), nowhere else.
     assert op_count(blocked, "relax.layout_transform") == 2
     assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
     assert tvm_ffi.structural_equal(to_nchwc(blocked, block), blocked)  # what a resume redoes
+
+
+def binding_shapes(mod) -> set[tuple[int, ...]]:
+    """The static shapes of the tensors main's bindings compute."""
+    shapes = set()
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            shape = getattr(binding.var.ty, "shape", None)
+            if shape is not None and hasattr(shape, "values"):
+                shapes.add(tuple(int(d) for d in shape.values))
+    return shapes
+
+
+def test_convs_that_feed_convs_take_narrower_blocks_where_the_lanes_do_not_divide(tmp_path):
+    """A bottleneck as MobileNet-V2's: two 1x1 convs to 24 channels, their sum read by a conv
+    (blocked at 8 lanes where 16 do not divide 24: the layout stays blocked between convs)."""
+    rng = np.random.default_rng(0)
+    shapes = {"w0": (24, 16, 1, 1), "w1": (24, 16, 1, 1), "w2": (16, 24, 3, 3)}
+    weights = [numpy_helper.from_array((0.2 * rng.standard_normal(shape)).astype(np.float32),
+                                       name) for name, shape in shapes.items()]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"]),
+             helper.make_node("Relu", ["a0"], ["a"]),
+             helper.make_node("Conv", ["x", "w1"], ["b"]),
+             helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("Conv", ["s", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    model = load_onnx(save_model(
+        tmp_path / "bottleneck.onnx", nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])], weights))
+    blocked = to_nchwc(import_model(model)[1], 16)
+    assert op_count(blocked, "relax.nn.conv2d") == 0
+    assert (1, 3, 8, 8, 8) in binding_shapes(blocked)  # 24 channels in 3 blocks of 8
+    assert op_count(blocked, "relax.layout_transform") == 2  # the input in, the output out
+    assert_matches_onnxruntime(blocked, model, parse_target("llvm"), rtol=1e-4, atol=1e-5)
+
+
+def test_output_channels_the_lanes_do_not_divide_take_the_widest_block_that_does():
+    assert [output_lanes(c, 16) for c in (16, 48, 24, 1000, 12, 6)] == [16, 16, 8, 8, 4, None]
+    assert output_lanes(24, 8) == 8 and output_lanes(12, 8) == 4 and output_lanes(10, 4) is None
 
 
 def test_a_conv_whose_output_is_the_models_hands_it_out_in_nchw(tmp_path):

@@ -53,16 +53,35 @@ def channel_block(target) -> int | None:
     return None
 
 
+MIN_LANES = 4
+"""the narrowest block a conv's output channels are cut into (a 128-bit vector of float32)"""
+
+
+def output_lanes(channels: int, block: int) -> int | None:
+    """The block of a conv's `channels` outputs: `block` where it divides them, else the widest
+    half, quarter, ... of it (down to MIN_LANES) that does (24 or 1000 channels with 16 lanes:
+    8), else None (the conv stays in NCHW)."""
+    lanes = block
+    while lanes >= MIN_LANES:
+        if channels % lanes == 0:
+            return lanes
+        lanes //= 2
+    return None
+
+
 def to_nchwc(mod, block: int):
-    """`mod` with its NCHW convs of constant weights whose output channels `block` divides,
-    ungrouped or depthwise, computed in NCHW{block}c (module docstring); a spatial mean (a
+    """`mod` with its NCHW convs of constant weights, ungrouped or depthwise, computed in
+    NCHW{lanes}c (module docstring): lanes `block`, or where it does not divide a conv's output
+    channels and another conv reads them, the widest fraction of it that does
+    (`output_lanes`); a conv at the tail (a classifier) keeps NCHW there. A spatial mean (a
     global average pool) stays blocked too. An ungrouped conv whose input channels `block` does
     not divide (a 3-channel stem) reads them as one block, i.e. in NHWC."""
     import tvm
     from tvm import relax
 
     source = _without_dropout(mod)
-    out = _with_main_mutated(_blocker_class()(source, block), source)
+    out = _with_main_mutated(
+        _blocker_class()(source, block, _read_by_convs(source["main"])), source)
     return unique_names(tvm.transform.Sequential(
         [relax.transform.DeadCodeElimination(["main"]), relax.transform.Normalize()])(out))
 
@@ -94,6 +113,29 @@ def _without_dropout(mod):
             return item
 
     return _with_main_mutated(Drop(mod), mod)
+
+
+CARRIERS = UNARY | BINARY | POOLS | {"relax.concat", "relax.call_tir"}
+"""ops a blocked value passes through to the next conv in its layout (call_tir: the importer's
+Clip)"""
+
+
+def _read_by_convs(func) -> set:
+    """The variables of `func` whose values a conv reads, directly or through ops that carry
+    the blocked layout (CARRIERS, tuples, aliases): a conv whose output is one of them keeps
+    its output blocked even where that takes narrower blocks."""
+    from tvm import relax
+
+    read = set()
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    for binding in reversed(bindings):  # readers before what they read
+        value = binding.value
+        if _op_name(value) == "relax.nn.conv2d":
+            read.add(value.args[0])
+        elif binding.var in read and (isinstance(value, relax.Tuple | relax.Var)
+                                      or _op_name(value) in CARRIERS):
+            read.update(relax.analysis.free_vars(value))
+    return read
 
 
 def _op_name(expr) -> str:
@@ -131,9 +173,10 @@ def _blocker_class():
         NCHWc to that value; its NCHW value is emitted only where an op needs it (`flat`). A
         function's output is computed blocked and handed out in NCHW."""
 
-        def __init__(self, mod, block: int) -> None:
+        def __init__(self, mod, block: int, read_by_convs: set) -> None:
             super().__init__(mod)
             self.block = block
+            self.read_by_convs = read_by_convs  # see _read_by_convs
             self.blocked: dict = {}
             self.flat: set = set()
             self.reblocked: dict = {}  # (var, lanes) -> its transform into blocks, made once
@@ -165,7 +208,8 @@ def _blocker_class():
             if inner and isinstance(value, relax.Var) and value in self.blocked:  # an alias
                 self.blocked[binding.var] = self.blocked[value]
                 return
-            blocked = self.blocked_call(value) if isinstance(value, relax.Call) else None
+            blocked = (self.blocked_call(value, binding.var) if isinstance(value, relax.Call)
+                       else None)
             if blocked is not None:
                 twin = self.builder_.emit(blocked, name_hint=f"{binding.var.name}_nchwc")
                 if inner:
@@ -178,11 +222,12 @@ def _blocker_class():
                 self.nchw(var)
             super().visit_var_binding_(binding)
 
-        def blocked_call(self, call):
-            """`call` computed on blocked values, or None where it stays in NCHW."""
+        def blocked_call(self, call, var):
+            """`call` (bound to `var`) computed on blocked values, or None where it stays in
+            NCHW."""
             name, args = _op_name(call), list(call.args)
             if name == "relax.nn.conv2d":
-                return self.conv(call)
+                return self.conv(call, narrow=var in self.read_by_convs)
             if name in UNARY and args and args[0] in self.blocked:
                 return relax.Call(call.op, [self.blocked[args[0]], *args[1:]], call.attrs)
             if name in BINARY and len(args) == 2:
@@ -212,20 +257,25 @@ def _blocker_class():
             op = _topi_binary_of(self.builder_.get()[callee])
             return None if op is None else op(self.blocked[fields[0]], fields[1])
 
-        def conv(self, call):
+        def conv(self, call, narrow: bool):
+            """A conv in blocks of `block` lanes, or (`narrow`) the widest fraction of it that
+            divides its output channels; None where neither does."""
             attrs, weight = call.attrs, const_value(call.args[1])
             if (weight is None or str(attrs.data_layout) != "NCHW"
                     or str(attrs.kernel_layout) != "OIHW"
                     or str(attrs.out_layout or "NCHW") != "NCHW"
-                    or not isinstance(call.args[0], relax.Var)
-                    or weight.shape[0] % self.block):
+                    or not isinstance(call.args[0], relax.Var)):
+                return None
+            out_lanes = (output_lanes(weight.shape[0], self.block) if narrow
+                         else None if weight.shape[0] % self.block else self.block)
+            if out_lanes is None:
                 return None
             ints = [[int(v) for v in getattr(attrs, key)]
                     for key in ("strides", "padding", "dilation")]
             out_dtype, groups = str(call.ty.dtype), int(attrs.groups)
             if groups == weight.shape[0] == shape_of(call.args[0])[1] and weight.shape[1] == 1:
-                data = self.in_blocks(call.args[0], self.block)
-                kernel = const(blocked_depthwise_weight(weight, self.block), str(weight.dtype))
+                data = self.in_blocks(call.args[0], out_lanes)
+                kernel = const(blocked_depthwise_weight(weight, out_lanes), str(weight.dtype))
                 return self.builder_.call_te(depthwise_conv2d_nchwc, data, kernel, *ints,
                                              out_dtype, primfunc_name_hint="dwconv2d_nchwc")
             if groups != 1:
@@ -235,7 +285,7 @@ def _blocker_class():
             in_lanes = (shape_of(source)[4] if source is not None
                         else self.block if in_c % self.block == 0 else in_c)
             data = self.in_blocks(call.args[0], in_lanes)
-            kernel = const(blocked_weight(weight, in_lanes, self.block), str(weight.dtype))
+            kernel = const(blocked_weight(weight, in_lanes, out_lanes), str(weight.dtype))
             return self.builder_.call_te(conv2d_nchwc, data, kernel, *ints, out_dtype,
                                          primfunc_name_hint="conv2d_nchwc")
 
