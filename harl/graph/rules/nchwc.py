@@ -266,9 +266,8 @@ def _blocker_class():
                     or str(attrs.out_layout or "NCHW") != "NCHW"
                     or not isinstance(call.args[0], relax.Var)):
                 return None
-            out_lanes = (output_lanes(weight.shape[0], self.block) if narrow
-                         else None if weight.shape[0] % self.block else self.block)
-            if out_lanes is None:
+            out_lanes = output_lanes(weight.shape[0], self.block)
+            if out_lanes is None or (out_lanes != self.block and not narrow):
                 return None
             ints = [[int(v) for v in getattr(attrs, key)]
                     for key in ("strides", "padding", "dilation")]
