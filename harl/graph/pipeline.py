@@ -49,20 +49,34 @@ def conv_layout_pass(target, config: GraphConfig):
     return None if block is None else lambda mod: to_nchwc(mod, block)
 
 
-def laid_out(mod, target, config: GraphConfig, work_dir: Path):
-    """`mod` with its convs in `config.conv_layout`, saved as the graph the run tunes where
-    that changed it; `mod` itself on a GPU or with "imported"."""
-    from harl.graph.rules.nchwc import channel_block
+def lowering(target, config: GraphConfig):
+    """What a run does to a graph before cutting out its tasks: the conv layout pass (where
+    `conv_layout_pass` gives one), then the fusion fences of the graph's node hints
+    (harl.graph.rules.hints.with_fences)."""
+    from harl.graph.rules.hints import with_fences
 
     layout = conv_layout_pass(target, config)
-    blocked = mod if layout is None else layout(mod)
-    if blocked is mod or same_graph(blocked, mod):
+
+    def lower(mod):
+        return with_fences(mod if layout is None else layout(mod))
+    return lower
+
+
+def laid_out(mod, target, config: GraphConfig, work_dir: Path):
+    """`mod` lowered (`lowering`: its convs in `config.conv_layout`, its fences applied),
+    saved as the graph the run tunes where that changed it; else `mod` itself."""
+    from harl.graph.rules.nchwc import channel_block
+
+    lowered = lowering(target, config)(mod)
+    if lowered is mod or same_graph(lowered, mod):
         if config.method == "off":  # one an earlier run in the work dir saved is not this run's
             (Path(work_dir) / REWRITTEN_FILE).unlink(missing_ok=True)
         return mod
-    write_graph(work_dir, blocked)
-    logger.info(f"harl: graph: convs computed in NCHW{channel_block(target)}c ({REWRITTEN_FILE})")
-    return blocked
+    write_graph(work_dir, lowered)
+    block = channel_block(target) if conv_layout_pass(target, config) else None
+    logger.info("harl: graph: " + (f"convs computed in NCHW{block}c" if block else "lowered")
+                + f" ({REWRITTEN_FILE})")
+    return lowered
 
 
 def trials_in(database) -> int:
@@ -94,6 +108,7 @@ class GraphStage:
         self.prepack_weights = prepack_weights
         self.model, self.verify, self.seed = model, verify, seed
         self.layout = conv_layout_pass(target, config)  # None: convs keep their layouts
+        self.lower = lowering(target, config)
         self.entry: dict = {}
 
     # -- the two searches ---------------------------------------------------------------------
@@ -167,9 +182,9 @@ class GraphStage:
         return self._search(mod, cost_model)
 
     def _compiled(self, mod):
-        """`mod` as the run compiles it: after the conv layout pass, so that a graph is priced
-        on the tasks that are tuned (and a blocked graph, the pass being idempotent, as is)."""
-        return mod if self.layout is None else self.layout(mod)
+        """`mod` as the run compiles it: lowered (`lowering`), so that a graph is priced on
+        the tasks that are tuned (and a lowered graph, lowering being idempotent, as is)."""
+        return self.lower(mod)
 
     def _cost_model(self, *, own_model: bool):
         from harl.database import RECORD_FILE
@@ -195,7 +210,9 @@ class GraphStage:
         def cost(graph) -> float:
             return cost_model.estimate(self._compiled(graph)).total_ms
 
-        rules = search_rules(blocked_convs=self.layout is not None)
+        rules = search_rules(blocked_convs=self.layout is not None,
+                             node_decisions=(self.config.method == "go"
+                                             and self.config.go.node_decisions))
 
         if self.config.method == "greedy":
             result = greedy(mod, cost, rules=rules, max_evals=self.config.greedy_max_evals)

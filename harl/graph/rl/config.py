@@ -174,6 +174,10 @@ class GoConfig:
     attends to itself and to the previous segment's output"""
     heads: int = 4
     """attention heads (they must divide `ppo.hidden`)"""
+    node_decisions: bool = False
+    """also decide, per node, a conv's blocked layout (kept NCHW, half the lanes) and a fusion
+    fence after a conv or matmul (harl.graph.rules.NODE_RULES), beside the rule matches; the
+    shipped policy was trained without them, so a search with them starts from a fresh one"""
     policy: str = "shipped"
     """the starting policy: shipped (harl/data/graph_go_policy.npz where present, else a fresh
     one), fresh (untrained: its greedy episode takes nothing), or the path of a policy .npz

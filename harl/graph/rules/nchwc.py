@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from harl.graph.rule import Graph, Match, Rule, const, const_value, shape_of, unique_names
 from harl.graph.rules.conv import plain_conv
+from harl.graph.rules.hints import BLOCKED_SUFFIX, CONV_LAYOUT, node_hints
 from harl.graph.rules.nchwc_compute import (
     block_map,
     blocked_depthwise_weight,
@@ -75,13 +76,16 @@ def to_nchwc(mod, block: int):
     channels and another conv reads them, the widest fraction of it that does
     (`output_lanes`); a conv at the tail (a classifier) keeps NCHW there. A spatial mean (a
     global average pool) stays blocked too. An ungrouped conv whose input channels `block` does
-    not divide (a 3-channel stem) reads them as one block, i.e. in NHWC."""
+    not divide (a 3-channel stem) reads them as one block, i.e. in NHWC. A conv's hint
+    (harl.graph.rules.hints) keeps it in NCHW or halves its `block`."""
     import tvm
     from tvm import relax
 
     source = _without_dropout(mod)
+    layouts = {name: hint[CONV_LAYOUT] for name, hint in node_hints(mod).items()
+               if CONV_LAYOUT in hint}
     out = _with_main_mutated(
-        _blocker_class()(source, block, _read_by_convs(source["main"])), source)
+        _blocker_class()(source, block, _read_by_convs(source["main"]), layouts), source)
     return unique_names(tvm.transform.Sequential(
         [relax.transform.DeadCodeElimination(["main"]), relax.transform.Normalize()])(out))
 
@@ -173,10 +177,11 @@ def _blocker_class():
         NCHWc to that value; its NCHW value is emitted only where an op needs it (`flat`). A
         function's output is computed blocked and handed out in NCHW."""
 
-        def __init__(self, mod, block: int, read_by_convs: set) -> None:
+        def __init__(self, mod, block: int, read_by_convs: set, layouts: dict) -> None:
             super().__init__(mod)
             self.block = block
             self.read_by_convs = read_by_convs  # see _read_by_convs
+            self.layouts = layouts  # a conv's hinted layout by its variable's name
             self.blocked: dict = {}
             self.flat: set = set()
             self.reblocked: dict = {}  # (var, lanes) -> its transform into blocks, made once
@@ -211,7 +216,7 @@ def _blocker_class():
             blocked = (self.blocked_call(value, binding.var) if isinstance(value, relax.Call)
                        else None)
             if blocked is not None:
-                twin = self.builder_.emit(blocked, name_hint=f"{binding.var.name}_nchwc")
+                twin = self.builder_.emit(blocked, name_hint=binding.var.name + BLOCKED_SUFFIX)
                 if inner:
                     self.blocked[binding.var] = twin
                     return
@@ -227,7 +232,10 @@ def _blocker_class():
             NCHW."""
             name, args = _op_name(call), list(call.args)
             if name == "relax.nn.conv2d":
-                return self.conv(call, narrow=var in self.read_by_convs)
+                hint = self.layouts.get(var.name)
+                block = self.block // 2 if hint == "half" else self.block
+                return (None if hint == "nchw"
+                        else self.conv(call, block, narrow=var in self.read_by_convs))
             if name in UNARY and args and args[0] in self.blocked:
                 return relax.Call(call.op, [self.blocked[args[0]], *args[1:]], call.attrs)
             if name in BINARY and len(args) == 2:
@@ -257,7 +265,7 @@ def _blocker_class():
             op = _topi_binary_of(self.builder_.get()[callee])
             return None if op is None else op(self.blocked[fields[0]], fields[1])
 
-        def conv(self, call, narrow: bool):
+        def conv(self, call, block: int, narrow: bool):
             """A conv in blocks of `block` lanes, or (`narrow`) the widest fraction of it that
             divides its output channels; None where neither does."""
             attrs, weight = call.attrs, const_value(call.args[1])
@@ -266,8 +274,8 @@ def _blocker_class():
                     or str(attrs.out_layout or "NCHW") != "NCHW"
                     or not isinstance(call.args[0], relax.Var)):
                 return None
-            out_lanes = output_lanes(weight.shape[0], self.block)
-            if out_lanes is None or (out_lanes != self.block and not narrow):
+            out_lanes = output_lanes(weight.shape[0], block)
+            if out_lanes is None or (out_lanes != block and not narrow):
                 return None
             ints = [[int(v) for v in getattr(attrs, key)]
                     for key in ("strides", "padding", "dilation")]
@@ -282,7 +290,7 @@ def _blocker_class():
             in_c = weight.shape[1]
             source = self.blocked.get(call.args[0])  # its lanes divide in_c: they blocked it
             in_lanes = (shape_of(source)[4] if source is not None
-                        else self.block if in_c % self.block == 0 else in_c)
+                        else block if in_c % block == 0 else in_c)
             data = self.in_blocks(call.args[0], in_lanes)
             kernel = const(blocked_weight(weight, in_lanes, out_lanes), str(weight.dtype))
             return self.builder_.call_te(conv2d_nchwc, data, kernel, *ints, out_dtype,
