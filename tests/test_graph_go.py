@@ -74,6 +74,17 @@ def test_a_policy_decides_every_match_of_an_unseen_graph_in_one_pass(segment):
     assert (greedy.take == (logits > 0).numpy()).all()
 
 
+def test_a_fresh_policy_takes_each_match_with_its_prior():
+    obs = GoEnv(_chain("xaxxacaxaacxa"), lambda g: 1.0 + len(g.ops)).reset()[0]
+    for prior in (0.5, 0.1):
+        policy = make_go_policy(node_dim=len(VOCAB) + 1, edge_dim=1, rules=len(RULES),
+                                config=PPOConfig(hidden=16, layers=2), heads=2, segment=4,
+                                take_prior=prior)
+        logits, _ = policy(batch_observations([obs], len(RULES)))
+        torch.testing.assert_close(torch.sigmoid(logits), torch.full_like(logits, prior))
+        assert not policy.decide(obs, greedy=True).take.any()  # greedy: none above one half
+
+
 def test_a_segment_sees_the_previous_segments_memory_and_no_later_one():
     torch.manual_seed(0)
     layer = SegmentAttention(8, heads=2, segment=3)

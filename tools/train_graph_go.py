@@ -9,7 +9,9 @@ The corpus (tools/benchlib/graph_corpus.py) is small torch modules with random w
 benchmark model; its held-out third is never trained on. Graphs are priced as
 tools/train_graph_rl.py prices them (GraphCostModel with the shipped cost-model prior and 4
 sampled schedules per unmeasured task), after the conv layout pass and over the rules a run's
-search has on this CPU (blocked convs, no NHWC rules; --all-rules: every rule, no layout).
+search has on this CPU (blocked convs, no NHWC rules, and the node rules: a conv's blocked
+layout, a fusion fence; --no-node-decisions: without them; --all-rules: every rewrite rule, no
+layout).
 Each PPO update's episodes are played on training graphs drawn at random, so that a batch
 mixes graphs. On the held-out graphs the policy's
 greedy episode (zero-shot: no update on them) is compared with a policy that takes each match
@@ -68,7 +70,7 @@ class Priced:
 def make_envs(graph_specs, work: Path, cost_model, passes: int, *, rules,
               layout=None) -> dict[str, GoEnv]:
     """One env per corpus graph over `rules`, each with its own cost memo; a graph is priced
-    after `layout` (the conv layout pass), as a run prices it."""
+    after `layout` (a run's lowering: the conv layout pass, the fences), as a run prices it."""
     from harl.graph.search.common import CostMemo
 
     price = module_price(cost_model, layout)
@@ -124,7 +126,8 @@ def online(envs: dict[str, GoEnv], policy: str) -> dict:
     rows = {}
     for name, env in envs.items():
         found = go_search(env.start.mod, lambda mod, env=env: env.cost.memo(
-            RelaxGraph(mod, env.start.rules)), config=GoConfig(policy=policy))
+            RelaxGraph(mod, env.start.rules)), config=GoConfig(policy=policy),
+            rules=env.start.rules)
         rows[name] = {"cut": 100.0 * (env.initial_cost - found.cost) / env.initial_cost,
                       "estimates": found.evals}
     return {"per_graph": rows,
@@ -158,20 +161,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="passes per episode, in training and evaluation")
     parser.add_argument("--segment", type=int, default=GoConfig.segment)
     parser.add_argument("--heads", type=int, default=GoConfig.heads)
+    parser.add_argument("--take-prior", type=float, default=0.5,
+                        help="a fresh policy's probability of taking each match")
+    parser.add_argument("--no-node-decisions", action="store_true",
+                        help="without the node rules (a conv's blocked layout, fusion fences)")
     parser.add_argument("--online", action="store_true",
                         help="also run --graph go at its defaults on the held-out graphs, from "
                              "the trained policy and from a fresh one")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
+    from harl.graph.config import GraphConfig
     from harl.graph.cost import GraphCostModel
+    from harl.graph.pipeline import conv_layout_pass
     from harl.target import parse_target
 
     (args.work / "corpus").mkdir(parents=True, exist_ok=True)
     train_specs, held_specs = split(specs())
     target = parse_target("llvm")
     cost_model = GraphCostModel(target, samples=SAMPLES)
-    rules, layout = product_setting(target, args.all_rules)
+    rules, layout = product_setting(target, args.all_rules,
+                                    node_decisions=not args.no_node_decisions)
     held = make_envs(held_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
                      layout=layout)
     if args.evaluate is not None:
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     rule_names = next(iter(envs.values())).start.rule_names
     policy = make_go_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM, rules=len(rule_names),
                             config=config, heads=args.heads, segment=args.segment,
-                            seed=args.seed)
+                            seed=args.seed, take_prior=args.take_prior)
     untrained = evaluate(held, policy, k=args.k, seed=args.seed)["mean"]
     _say("untrained policy on the held-out graphs", untrained)
     trainer = Trainer(policy, config, seed=args.seed)
@@ -222,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                     **provenance("tools/train_graph_go.py", train_specs=train_specs,
                                  held_specs=held_specs, run=run, seed=args.seed,
                                  evaluation=result),
-                    "conv_layout": "imported" if layout is None else "nchwc",
+                    "conv_layout": ("imported" if args.all_rules
+                                    or conv_layout_pass(target, GraphConfig()) is None
+                                    else "nchwc"),
                     "passes_per_episode": args.passes, "untrained_policy": untrained,
                     "beats_random": wins})
     print(f"written: {args.out} and {args.out.with_suffix('.json')}")

@@ -55,23 +55,25 @@ def ppo_config(overrides: list[str]) -> PPOConfig:
                         for key, value in (item.split("=", 1) for item in overrides)})
 
 
-def product_setting(target, all_rules: bool):
-    """(rules, the conv layout pass or None) as a run's graph search on `target` has them at the
-    default config: on a CPU the blocked conv layout, and no NHWC rules; with `all_rules`, every
-    rule and no layout pass."""
+def product_setting(target, all_rules: bool, *, node_decisions: bool = False):
+    """(rules, the lowering or None) as a run's graph search on `target` has them at the
+    default config: on a CPU the blocked conv layout, and no NHWC rules; with `node_decisions`
+    the node rules too (as `--graph go` has them); with `all_rules`, every rule and no
+    lowering."""
     from harl.graph.config import GraphConfig
-    from harl.graph.pipeline import conv_layout_pass
+    from harl.graph.pipeline import conv_layout_pass, lowering
     from harl.graph.rules import ALL_RULES, search_rules
 
     if all_rules:
         return ALL_RULES, None
-    layout = conv_layout_pass(target, GraphConfig())
-    return search_rules(blocked_convs=layout is not None), layout
+    blocked = conv_layout_pass(target, GraphConfig()) is not None
+    return (search_rules(blocked_convs=blocked, node_decisions=node_decisions),
+            lowering(target, GraphConfig()) if blocked or node_decisions else None)
 
 
 def module_price(cost_model, layout):
-    """A Relax module's estimated milliseconds as a run prices it: after `layout` (the conv
-    layout pass of `product_setting`, or None)."""
+    """A Relax module's estimated milliseconds as a run prices it: after `layout` (the lowering
+    of `product_setting`, or None)."""
     def price(mod) -> float:
         return cost_model.estimate(mod if layout is None else layout(mod)).total_ms
     return price

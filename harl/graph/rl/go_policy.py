@@ -15,6 +15,7 @@ layout, fusion and placement decisions are not made here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -91,7 +92,8 @@ class GoPolicy(nn.Module):
     SHAPE_FIELDS: tuple[str, ...] = ("heads", "segment")  # constructor fields saved too
 
     def __init__(self, *, node_dim: int, edge_dim: int, rules: int, hidden: int = 64,
-                 layers: int = 3, heads: int = 4, segment: int = 16) -> None:
+                 layers: int = 3, heads: int = 4, segment: int = 16,
+                 take_prior: float = 0.5) -> None:
         super().__init__()
         self.rules = rules
         self.heads = heads
@@ -104,8 +106,8 @@ class GoPolicy(nn.Module):
         self.critic_encoder = Encoder(node_dim=node_dim, edge_dim=edge_dim, hidden=hidden,
                                       layers=layers)
         self.value_head = _mlp(2 * hidden, hidden, 1)
-        nn.init.zeros_(self.take_head[-1].weight)  # start at p = 0.5 for every match
-        nn.init.zeros_(self.take_head[-1].bias)
+        nn.init.zeros_(self.take_head[-1].weight)  # start at p = take_prior for every match
+        nn.init.constant_(self.take_head[-1].bias, math.log(take_prior / (1.0 - take_prior)))
 
     def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         """(the actor's parameters, the critic's): PPO clips their gradients apart."""
@@ -178,8 +180,9 @@ def restrict_rules(policy: GoPolicy, trained: Sequence[str], wanted: Sequence[st
 
 
 def make_go_policy(*, node_dim: int, edge_dim: int, rules: int, config: PPOConfig,
-                   heads: int, segment: int, seed: int = 0) -> GoPolicy:
-    """A fresh policy, its weights drawn from `seed`."""
+                   heads: int, segment: int, seed: int = 0, take_prior: float = 0.5) -> GoPolicy:
+    """A fresh policy, its weights drawn from `seed`, every match taken with probability
+    `take_prior` until it learns."""
     torch.manual_seed(seed)
     return GoPolicy(node_dim=node_dim, edge_dim=edge_dim, rules=rules, hidden=config.hidden,
-                    layers=config.layers, heads=heads, segment=segment)
+                    layers=config.layers, heads=heads, segment=segment, take_prior=take_prior)
