@@ -129,8 +129,9 @@ class FenceFusion(Rule):
 
 def with_fences(mod):
     """`mod` with each fenced node (or its blocked twin, which the conv layout pass binds in its
-    place) computed by an opaque PrimFunc of its legalised op; `mod` itself
-    where nothing is fenced or every fence is already applied."""
+    place) computed by an opaque PrimFunc of its legalised op; `mod` itself where nothing is
+    fenced or every fence is already applied. An op that does not legalise to one PrimFunc's
+    call stays as it is."""
     import tvm
     from tvm import relax
 
@@ -156,6 +157,9 @@ def with_fences(mod):
                 super().visit_var_binding_(binding)
                 return
             call = self.builder_.normalize(legalize(self.builder_, self.visit_expr(value)))
+            if _op_name(call) != "relax.call_tir":
+                super().visit_var_binding_(binding)
+                return
             # a copy of its own, so that a PrimFunc other calls share stays fusable for them
             callee = call.args[0]
             opaque = self.builder_.add_func(
