@@ -125,6 +125,15 @@ def var_and_const(call) -> tuple[object, np.ndarray | None]:
     return None, None
 
 
+def op_name(expr) -> str:
+    """The name of the Relax op `expr` calls ("relax.add"); "" for anything else (a call_tir's
+    is "relax.call_tir")."""
+    import tvm
+
+    op = getattr(expr, "op", None)
+    return op.name if isinstance(op, tvm.ir.Op) else ""
+
+
 def is_var(expr) -> bool:
     """Whether `expr` is a Relax variable."""
     from tvm import relax

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from harl.graph.rule import Graph, Match, Rule, const_value, is_var
+from harl.graph.rule import Graph, Match, Rule, const_value, is_var, op_name
 
 HINTS_ATTR = "harl.node_hints"
 """the attribute of main holding the hints"""
@@ -53,17 +53,10 @@ def with_hint(mod, name: str, key: str, value) -> object:
     return out
 
 
-def _op_name(expr) -> str:
-    import tvm
-
-    op = getattr(expr, "op", None)
-    return op.name if isinstance(op, tvm.ir.Op) else ""
-
-
-def _nchw_conv(value) -> bool:
+def blockable_conv(value) -> bool:
     """A conv2d in NCHW/OIHW (grouped or not) on a variable, with a constant weight: one the
-    conv layout pass may block."""
-    if _op_name(value) != "relax.nn.conv2d":
+    conv layout pass may block (and a conv hint may name)."""
+    if op_name(value) != "relax.nn.conv2d":
         return False
     attrs = value.attrs
     return (str(attrs.data_layout) == "NCHW" and str(attrs.kernel_layout) == "OIHW"
@@ -79,7 +72,7 @@ class _ConvLayoutHint(Rule):
     def matches(self, mod) -> list[Match]:
         graph, hints = Graph(mod), node_hints(mod)
         return [Match(self.name, (b.var.name,), self.value) for b in graph.bindings
-                if _nchw_conv(b.value) and CONV_LAYOUT not in hints.get(b.var.name, {})]
+                if blockable_conv(b.value) and CONV_LAYOUT not in hints.get(b.var.name, {})]
 
     def apply(self, mod, match: Match):
         return with_hint(mod, match.vars[0], CONV_LAYOUT, self.value)
@@ -114,12 +107,12 @@ class FenceFusion(Rule):
         graph, hints = Graph(mod), node_hints(mod)
         found = []
         for binding in graph.bindings:
-            name, value = _op_name(binding.value), binding.value
+            name, value = op_name(binding.value), binding.value
             if (not name or name in ANCHORS or name == "relax.call_tir"
                     or FENCE in hints.get(binding.var.name, {})):
                 continue
             read = [graph.by_name.get(a.name) for a in value.args if isinstance(a, relax.Var)]
-            if any(b is not None and _op_name(b.value) in ANCHORS for b in read):
+            if any(b is not None and op_name(b.value) in ANCHORS for b in read):
                 found.append(Match(self.name, (binding.var.name,), name.removeprefix("relax.")))
         return found
 
@@ -141,7 +134,7 @@ def with_fences(mod):
     names = set()
     for name in fenced:
         for candidate in (name + BLOCKED_SUFFIX, name):
-            if _op_name(bindings.get(candidate)) not in ("", "relax.call_tir"):
+            if op_name(bindings.get(candidate)) not in ("", "relax.call_tir"):
                 names.add(candidate)
                 break
     if not names:
@@ -157,7 +150,7 @@ def with_fences(mod):
                 super().visit_var_binding_(binding)
                 return
             call = self.builder_.normalize(legalize(self.builder_, self.visit_expr(value)))
-            if _op_name(call) != "relax.call_tir":
+            if op_name(call) != "relax.call_tir":
                 super().visit_var_binding_(binding)
                 return
             # a copy of its own, so that a PrimFunc other calls share stays fusable for them

@@ -11,9 +11,9 @@ model_rewritten.json)."""
 
 from __future__ import annotations
 
-from harl.graph.rule import Graph, Match, Rule, const, const_value, shape_of, unique_names
+from harl.graph.rule import Graph, Match, Rule, const, const_value, op_name, shape_of, unique_names
 from harl.graph.rules.conv import plain_conv
-from harl.graph.rules.hints import BLOCKED_SUFFIX, CONV_LAYOUT, node_hints
+from harl.graph.rules.hints import BLOCKED_SUFFIX, CONV_LAYOUT, blockable_conv, node_hints
 from harl.graph.rules.nchwc_compute import (
     block_map,
     blocked_depthwise_weight,
@@ -112,7 +112,7 @@ def _without_dropout(mod):
             source = item.tuple_value
             if isinstance(source, relax.Var):
                 source = self.lookup_binding(source)
-            if item.index == 0 and _op_name(source) == "relax.nn.dropout":
+            if item.index == 0 and op_name(source) == "relax.nn.dropout":
                 return source.args[0]
             return item
 
@@ -134,19 +134,12 @@ def _read_by_convs(func) -> set:
     bindings = [b for block in func.body.blocks for b in block.bindings]
     for binding in reversed(bindings):  # readers before what they read
         value = binding.value
-        if _op_name(value) == "relax.nn.conv2d":
+        if op_name(value) == "relax.nn.conv2d":
             read.add(value.args[0])
         elif binding.var in read and (isinstance(value, relax.Tuple | relax.Var)
-                                      or _op_name(value) in CARRIERS):
+                                      or op_name(value) in CARRIERS):
             read.update(relax.analysis.free_vars(value))
     return read
-
-
-def _op_name(expr) -> str:
-    import tvm
-
-    op = getattr(expr, "op", None)
-    return op.name if isinstance(op, tvm.ir.Op) else ""
 
 
 def _topi_binary_of(func):
@@ -230,7 +223,7 @@ def _blocker_class():
         def blocked_call(self, call, var):
             """`call` (bound to `var`) computed on blocked values, or None where it stays in
             NCHW."""
-            name, args = _op_name(call), list(call.args)
+            name, args = op_name(call), list(call.args)
             if name == "relax.nn.conv2d":
                 hint = self.layouts.get(var.name)
                 block = self.block // 2 if hint == "half" else self.block
@@ -268,12 +261,9 @@ def _blocker_class():
         def conv(self, call, block: int, narrow: bool):
             """A conv in blocks of `block` lanes, or (`narrow`) the widest fraction of it that
             divides its output channels; None where neither does."""
-            attrs, weight = call.attrs, const_value(call.args[1])
-            if (weight is None or str(attrs.data_layout) != "NCHW"
-                    or str(attrs.kernel_layout) != "OIHW"
-                    or str(attrs.out_layout or "NCHW") != "NCHW"
-                    or not isinstance(call.args[0], relax.Var)):
+            if not blockable_conv(call):
                 return None
+            attrs, weight = call.attrs, const_value(call.args[1])
             out_lanes = output_lanes(weight.shape[0], block)
             if out_lanes is None or (out_lanes != block and not narrow):
                 return None
@@ -320,7 +310,7 @@ def _blocker_class():
             return relax.Call(call.op, new, call.attrs)
 
         def pool(self, call, value):
-            attrs, name = call.attrs, _op_name(call)
+            attrs, name = call.attrs, op_name(call)
             layout = f"NCHW{shape_of(value)[4]}c"
             common = {key: [int(v) for v in getattr(attrs, key)]
                       for key in ("pool_size", "strides", "padding", "dilation")}
