@@ -135,6 +135,37 @@ def test_without_a_scorer_that_ranks_the_roofline_stands(target):
     assert big.ms > small.ms
 
 
+def _matmul_beside_exp():
+    """x @ W and exp(x): a task with a reduction and an element-wise one."""
+    from tvm import relax
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 64), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            w = relax.const(np.ones((64, 16), dtype="float32"))
+            product = builder.emit(relax.op.matmul(x, w))
+            out = builder.emit_output(relax.Tuple([product, builder.emit(relax.op.exp(x))]))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+def test_only_tasks_with_a_reduction_are_scored_unless_asked(target):
+    from harl.frontend.tasks import extract_tasks
+    from harl.graph.cost import has_reduction, roofline_ms
+    from harl.target import parse_target
+
+    tasks = extract_tasks(_matmul_beside_exp(), parse_target(None))
+    assert sorted(has_reduction(t.mod) for t in tasks) == [False, True]
+    scored, unscored = CountingScorer(), CountingScorer()
+    GraphCostModel(target, scorer=scored, score_injective=True).estimate(_matmul_beside_exp())
+    cost = GraphCostModel(target, scorer=unscored).estimate(_matmul_beside_exp())
+    assert (scored.calls, unscored.calls) == (2, 1)
+    injective = next(t for t in tasks if not has_reduction(t.mod))
+    priced = next(c for c in cost.tasks if c.name == injective.name)
+    assert priced.ms == pytest.approx(roofline_ms(injective.mod, injective.flop))
+
+
 def test_the_shipped_prior_scores_an_unmeasured_task(target):
     cost = GraphCostModel(target, samples=4).estimate(_mlp(hidden=256))
     assert all(task.source == "estimated" and 0 < task.ms < 1e3 for task in cost.tasks)

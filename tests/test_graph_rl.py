@@ -225,6 +225,23 @@ def test_rl_search_returns_the_cheapest_graph_it_reached():
         result.applied)
 
 
+def test_a_trained_policy_plays_its_most_likely_episode_first(tmp_path):
+    from harl.graph.load import relax_of_onnx
+    from harl.graph.search.rl import rl_search
+
+    path = tmp_path / "trained.npz"
+    config = PPOConfig(hidden=8, layers=1, episodes_per_update=2)
+    save_policy(path, make_policy(node_dim=NODE_DIM, edge_dim=EDGE_DIM, rules=len(ALL_RULES),
+                                  config=config), config=config, node_dim=NODE_DIM,
+                edge_dim=EDGE_DIM, rule_names=tuple(r.name for r in ALL_RULES))
+    mod = relax_of_onnx(EXAMPLES / "transformer_block.onnx")
+    result = rl_search(mod, _roofline, config=RlConfig(episodes=2, horizon=3, policy=str(path),
+                                                       ppo=config))
+    # zero-shot, two sampled (one update), the last most likely one
+    assert (result.episodes, result.updates, result.policy) == (4, 1, str(path))
+    assert result.cost <= result.initial_cost
+
+
 def test_a_policy_for_other_rules_is_not_used(tmp_path):
     from harl.graph.search.rl import starting_policy
 

@@ -67,14 +67,19 @@ def test_a_short_training_evaluates_and_saves(tmp_path):
     assert "losses/clip_fraction" in lines[0]
     result = train_graph_rl.evaluate(envs, trainer, k=1, seed=0)
     for row in result["per_graph"].values():
-        assert set(row) == {"policy_greedy", "policy_best_of_k", "random_best_of_k",
-                            "random_no_stop_best_of_k", "greedy_search"}
+        assert set(row) == {"policy_greedy", "policy_best_of_k", "random_mean",
+                            "random_best_of_k", "random_no_stop_best_of_k", "greedy_search"}
         assert all(np.isfinite(list(row.values())))
+        assert row["random_mean"] <= row["random_best_of_k"]
     assert result["mean_cut_percent"]["greedy_search"] >= 0.0  # greedy never takes a loss
     path = tmp_path / "policy.npz"
     save_policy(path, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                 rule_names=envs["fire_s24"].start.rule_names)
     assert load_policy(path, GraphPolicy)[1] == config
+    online = train_graph_rl.online({"gated_mlp_w32x1": envs["gated_mlp_w32x1"]}, str(path))
+    row = online["per_graph"]["gated_mlp_w32x1"]
+    assert online["mean_cut_percent"] == row["cut"] >= 0.0  # the start is among the graphs
+    assert row["estimates_to_best"] >= 1
 
 
 def test_a_short_world_model_pretraining_evaluates_and_saves_a_pair_the_search_loads(tmp_path):

@@ -29,7 +29,8 @@ def test_curves_and_table_of_greedy_and_rl(tmp_path, capsys):
         assert run["estimates"] == run["summary"]["graphs_costed"] == estimates[-1]
         assert best[0] == run["initial_ms"] == run["summary"]["estimated_ms_before"]
         assert best[-1] == run["best_ms"] == run["summary"]["estimated_ms_after"]
-    assert run["summary"]["rl_episodes"] == 3  # [graph.rl] episodes = 2, then the policy played
+    # the shipped policy's zero-shot episode, [graph.rl] episodes = 2, its most likely one
+    assert run["summary"]["rl_episodes"] == 4 and run["summary"]["rl_policy"] == "shipped"
     printed = capsys.readouterr().out
     assert printed.startswith("command: python tools/graph_search_budget.py ")
     summary = (out / "summary.md").read_text()

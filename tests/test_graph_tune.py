@@ -91,15 +91,17 @@ def test_rl_end_to_end(tmp_path, tiny_config):
     report = _report(tmp_path)
     graph = report["graph"]
     assert graph.get("dropped") is None
-    assert graph["method"] == "rl" and graph["rl_episodes"] == 3 and graph["rl_updates"] == 1
-    assert graph["rl_policy"] == "fresh"
+    # the shipped policy (trained on a CPU run's rules): its zero-shot episode, two sampled
+    # ones (one update), its most likely one unless the 12 estimates ran out
+    assert graph["method"] == "rl" and graph["rl_policy"] == "shipped"
+    assert graph["rl_episodes"] in (3, 4) and graph["rl_updates"] == 1
     assert graph["estimated_ms_after"] <= graph["estimated_ms_before"]
     assert graph["rewritten"] == bool(graph["applied"])
     assert len(graph["rl_path_estimated_ms"]) == len(graph["applied"])
     assert graph["rl_path_estimated_ms"][-1:] in ([], [graph["estimated_ms_after"]])
     assert (tmp_path / "model_rewritten.json").exists() == graph["rewritten"]
     assert {"losses/approx_kl", "losses/entropy"} <= set(graph["rl_ppo"])
-    assert graph["second_search"]["rl_episodes"] == 3
+    assert graph["second_search"]["rl_policy"] == "shipped"
     assert report["trials_done"] == 6 and len(trial_record_lines(tmp_path)) == 6
     assert "graph (rl): " in proc.stdout
 

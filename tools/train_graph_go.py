@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
 from benchlib.graph_training import (  # noqa: E402
-    SAMPLES,
+    corpus_cost_model,
     module_price,
     ppo_across_graphs,
     ppo_config,
@@ -172,14 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
 
     from harl.graph.config import GraphConfig
-    from harl.graph.cost import GraphCostModel
     from harl.graph.pipeline import conv_layout_pass
     from harl.target import parse_target
 
     (args.work / "corpus").mkdir(parents=True, exist_ok=True)
     train_specs, held_specs = split(specs())
     target = parse_target("llvm")
-    cost_model = GraphCostModel(target, samples=SAMPLES)
+    cost_model = corpus_cost_model(target, args)
     rules, layout = product_setting(target, args.all_rules,
                                     node_decisions=not args.no_node_decisions)
     held = make_envs(held_specs, args.work / "corpus", cost_model, args.passes, rules=rules,
@@ -231,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 edge_dim=EDGE_DIM, rule_names=rule_names, manifest={
                     **provenance("tools/train_graph_go.py", train_specs=train_specs,
                                  held_specs=held_specs, run=run, seed=args.seed,
-                                 evaluation=result),
+                                 evaluation=result, score_injective=args.score_injective),
                     "conv_layout": ("imported" if args.all_rules
                                     or conv_layout_pass(target, GraphConfig()) is None
                                     else "nchwc"),

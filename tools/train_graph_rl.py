@@ -2,7 +2,7 @@
 policy on the held-out graphs.
 
     python tools/train_graph_rl.py                     # train, evaluate, write if it wins
-    python tools/train_graph_rl.py --minutes 8 --updates 300 --out harl/data/graph_rl_policy.npz
+    python tools/train_graph_rl.py --minutes 8 --updates 400 --out harl/data/graph_rl_policy.npz
     python tools/train_graph_rl.py --evaluate harl/data/graph_rl_policy.npz   # evaluate only
 
 The corpus (tools/benchlib/graph_corpus.py) is small torch modules with random weights, none a
@@ -14,8 +14,10 @@ sees almost no rewrite pay on them). As in a run on this CPU, a graph is priced 
 layout pass and the rules are the search's (blocked convs, no NHWC rules; --all-rules: every
 rule, no layout). The product fine-tunes online with its own estimates.
 The policy is written as .npz (weights) and .json (config, corpus, updates, date, TVM version,
-the evaluation) only where its best-of-k episodes cut the held-out graphs' cost more than a
-random policy's, unless --force.
+the evaluation) only where its most likely episode (zero-shot) cuts the held-out graphs' cost
+more than a random policy's episode does on average, and more than taking nothing, and
+`--graph rl` at its defaults cuts them at least as much from it as from a fresh policy,
+unless --force.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
 from benchlib.graph_training import (  # noqa: E402
-    SAMPLES,
+    corpus_cost_model,
     module_price,
     ppo_across_graphs,
     ppo_config,
@@ -49,6 +51,9 @@ from harl.graph.search.rl import SHIPPED_POLICY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HORIZON = 6
+LEARNING_RATE = 1e-3
+"""PPO's step size across the corpus (the product's 3e-3 fine-tunes on one graph): at 3e-3 the
+policy collapsed onto merging convs and could not leave it (docs/experiments.md)"""
 
 
 def make_envs(graph_specs, work: Path, cost_model, *, rules,
@@ -81,9 +86,10 @@ def random_episode(env: GraphRewriteEnv, rng: np.random.Generator, *, stops: boo
 
 def evaluate(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, k: int,
              seed: int) -> dict:
-    """Per held-out graph, the relative cost cut (%) of: the policy's most likely episode, the
-    best of its `k` sampled episodes, the best of `k` random ones (with and without the stop
-    among the actions), and greedy search for reference; and their means."""
+    """Per held-out graph, the relative cost cut (%) of: the policy's most likely episode
+    (zero-shot), the best of its `k` sampled episodes, the mean and the best of `k` random ones
+    (the stop among the actions), the best of `k` random ones without the stop, and greedy
+    search for reference; and their means."""
     from harl.graph.search.greedy import greedy as greedy_search
 
     rng = np.random.default_rng(seed)
@@ -98,10 +104,10 @@ def evaluate(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, k: int,
         for _ in range(k):
             trainer.episode(env)
             sampled.append(cut(env.current_cost))
+        random = [cut(random_episode(env, rng, stops=True)) for _ in range(k)]
         rows[name] = {
             "policy_greedy": greedy, "policy_best_of_k": max(sampled),
-            "random_best_of_k": max(cut(random_episode(env, rng, stops=True))
-                                    for _ in range(k)),
+            "random_mean": float(np.mean(random)), "random_best_of_k": max(random),
             "random_no_stop_best_of_k": max(cut(random_episode(env, rng, stops=False))
                                             for _ in range(k)),
             "greedy_search": cut(greedy_search(env.start.mod, lambda mod, env=env: env.cost(
@@ -114,17 +120,28 @@ def evaluate(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, k: int,
 def online(envs: dict[str, GraphRewriteEnv], policy: str) -> dict:
     """Per held-out graph, the cost cut (%) of the product's search (`--graph rl` at its
     defaults: episodes fine-tuning the policy on the graph, the cheapest graph reached) from
-    `policy` (fresh, or a policy file); and the mean."""
+    `policy` (fresh, or a policy file), and the estimates it spent before first reaching that
+    graph's cost; and their means."""
     from harl.graph.rl.config import RlConfig
     from harl.graph.search.rl import rl_search
 
     rows = {}
     for name, env in envs.items():
-        found = rl_search(env.start.mod, lambda mod, env=env: env.cost(
-            RelaxGraph(mod, env.start.rules)), config=RlConfig(policy=policy),
-            rules=env.start.rules)
-        rows[name] = 100.0 * (env.initial_cost - found.cost) / env.initial_cost
-    return {"per_graph": rows, "mean_cut_percent": float(np.mean(list(rows.values())))}
+        costs: list[float] = []  # one per distinct graph: rl_search memoises its calls
+
+        def cost(mod, env=env, costs=costs):
+            costs.append(env.cost(RelaxGraph(mod, env.start.rules)))
+            return costs[-1]
+
+        found = rl_search(env.start.mod, cost, config=RlConfig(policy=policy),
+                          rules=env.start.rules)
+        rows[name] = {"cut": 100.0 * (env.initial_cost - found.cost) / env.initial_cost,
+                      "estimates_to_best": 1 + next(i for i, c in enumerate(costs)
+                                                    if c <= found.cost)}
+    return {"per_graph": rows,
+            "mean_cut_percent": float(np.mean([row["cut"] for row in rows.values()])),
+            "mean_estimates_to_best": float(np.mean([row["estimates_to_best"]
+                                                     for row in rows.values()]))}
 
 
 def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, minutes: float,
@@ -135,21 +152,20 @@ def train(envs: dict[str, GraphRewriteEnv], trainer: Trainer, *, updates: int, m
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = training_parser(__doc__.split("\n\n")[0], updates=300, minutes=8.0, k=4,
+    parser = training_parser(__doc__.split("\n\n")[0], updates=400, minutes=8.0, k=4,
                              out=SHIPPED_POLICY, work=ROOT / "logs" / "graph_rl", all_rules=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
-    from harl.graph.cost import GraphCostModel
     from harl.target import parse_target
 
     (args.work / "corpus").mkdir(parents=True, exist_ok=True)
     train_specs, held_specs = split(specs())
     target = parse_target("llvm")
-    cost_model = GraphCostModel(target, samples=SAMPLES)
+    cost_model = corpus_cost_model(target, args)
     rules, layout = product_setting(target, args.all_rules)
     held = make_envs(held_specs, args.work / "corpus", cost_model, rules=rules, layout=layout)
-    config = ppo_config(args.ppo)
+    config = ppo_config(args.ppo, learning_rate=LEARNING_RATE)
     if args.evaluate is not None:
         policy, config, _ = load_policy(args.evaluate, GraphPolicy)
         print(json.dumps(evaluate(held, Trainer(policy, config, seed=args.seed), k=args.k,
@@ -178,19 +194,23 @@ def main(argv: list[str] | None = None) -> int:
     save_policy(candidate, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                 rule_names=rule_names)
     result["online"] = {"trained": online(held, str(candidate)), "fresh": online(held, "fresh")}
-    print("held-out mean cost cut (%) of --graph rl at its defaults: from the trained policy "
-          f"{result['online']['trained']['mean_cut_percent']:.3f}, from a fresh one "
-          f"{result['online']['fresh']['mean_cut_percent']:.3f}")
-    wins = means["policy_best_of_k"] > max(means["random_best_of_k"],
-                                           means["random_no_stop_best_of_k"])
+    online_runs = result["online"]
+    print("held-out mean cost cut (%) of --graph rl at its defaults (estimates to its best): "
+          + ", ".join(f"from the {start} policy {run['mean_cut_percent']:.3f} "
+                      f"({run['mean_estimates_to_best']:.1f})"
+                      for start, run in online_runs.items()))
+    wins = (means["policy_greedy"] > max(means["random_mean"], 0.0)
+            and online_runs["trained"]["mean_cut_percent"]
+            >= online_runs["fresh"]["mean_cut_percent"])
     if not (wins or args.force):
-        print("the policy does not beat a random one on the held-out graphs: nothing written")
+        print("zero-shot, the policy does not beat a random one's episode on the held-out "
+              "graphs, or --graph rl from it cuts less than from a fresh one: nothing written")
         return 1
     save_policy(args.out, trainer.policy, config=config, node_dim=NODE_DIM, edge_dim=EDGE_DIM,
                 rule_names=rule_names, manifest={
                     **provenance("tools/train_graph_rl.py", train_specs=train_specs,
                                  held_specs=held_specs, run=run, seed=args.seed,
-                                 evaluation=result),
+                                 evaluation=result, score_injective=args.score_injective),
                     "conv_layout": "imported" if layout is None else "nchwc",
                     "horizon": HORIZON, "untrained_policy_mean_cut_percent": fresh})
     print(f"written: {args.out} and {args.out.with_suffix('.json')}")

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchlib.graph_corpus import relax_graph_of, specs, split  # noqa: E402
 from benchlib.graph_training import (  # noqa: E402
-    SAMPLES,
+    corpus_cost_model,
     module_price,
     ppo_across_graphs,
     ppo_config,
@@ -231,13 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
-    from harl.graph.cost import GraphCostModel
     from harl.target import parse_target
 
     (args.work / "corpus").mkdir(parents=True, exist_ok=True)
     train_specs, held_specs = split(specs())
     target = parse_target("llvm")
-    cost_model = GraphCostModel(target, samples=SAMPLES)
+    cost_model = corpus_cost_model(target, args)
     rules, layout = product_setting(target, all_rules=False)
     held = [CorpusGraph(s, work=args.work / "corpus", cost_model=cost_model, rules=rules,
                         layout=layout) for s in held_specs]
@@ -256,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     print("world model on held-out real transitions: "
           + ", ".join(f"{k.split('/')[-1]} {v:.3g}" for k, v in quality.items()))
     manifest = {**provenance("tools/train_graph_worldmodel.py", train_specs=train_specs,
-                             held_specs=held_specs, run=run, seed=args.seed, evaluation={}),
+                             held_specs=held_specs, run=run, seed=args.seed, evaluation={},
+                             score_injective=args.score_injective),
                 "held_out_quality": quality,
                 "conv_layout": "imported" if layout is None else "nchwc",
                 "pretraining": {

@@ -52,6 +52,12 @@ class GraphConfig:
     """random schedules of an unmeasured task the cost model scores to estimate its latency
     (0: the roofline time alone; the second search then skips training a model on the run's
     records)"""
+    cost_score_injective: bool = False
+    """the cost model scores the sampled schedules of tasks without a reduction (element-wise,
+    injective) too; false: they are priced by their roofline time alone (their scores swung
+    estimates up to 20x the roofline where their FLOPs crossed the prior's floor, so one
+    rewrite priced +36% to -185% by width; harl.graph.cost.GraphCostModel's
+    `score_injective`)"""
     eqsat: EqsatConfig = field(default_factory=_eqsat_config)
     """eqsat: the e-graph's size, time and extraction limits"""
     rl: RlConfig = field(default_factory=RlConfig)

@@ -144,6 +144,15 @@ def measured_bests(database) -> dict[str, tuple[float, object]]:
     return best
 
 
+def has_reduction(mod) -> bool:
+    """Whether the task computes a reduction (a conv, a matmul, a pool, a norm's sums): TVM's
+    anchor block, a block with an init statement, exists. Without one a task is element-wise
+    or injective, memory-bound whatever its schedule."""
+    from tvm.s_tir.analysis import find_anchor_sblock
+
+    return find_anchor_sblock(mod) is not None
+
+
 def best_score(mod, target, scorer, samples: int = SAMPLES, seed: int = 0) -> float | None:
     """The best of `scorer`'s scores (a ProgramScorer, or any callable of a TuneContext and
     candidates with `ranks(mod)`) over `samples` random schedules of `mod`'s design space;
@@ -183,11 +192,14 @@ class GraphCostModel:
     target; `from_work_dir` adds the run's own model, trained on the work dir's records).
     Without a scorer that ranks a task, its roofline time stands alone. `prepack_weights`
     cuts graphs into tasks as the run does (harl.frontend.tasks.fusion_passes; default: as the
-    database's records were tuned), so that measured workloads are found."""
+    database's records were tuned), so that measured workloads are found. Without
+    `score_injective` a task with no reduction (`has_reduction`) is priced by its roofline time
+    alone, unscored: the prior's scores of such tasks swung their estimates up to 20x the
+    roofline where their FLOPs crossed its floor (docs/experiments.md)."""
 
     def __init__(self, target, *, database=None, scorer=None, samples: int = SAMPLES,
                  seed: int = 0, prepack_weights: bool | None = None,
-                 measured_peak_floor: bool = True) -> None:
+                 measured_peak_floor: bool = True, score_injective: bool = False) -> None:
         from harl.frontend.tasks import prepacks_weights
         from harl.tvm_env import load_tensor_intrinsics
 
@@ -203,6 +215,7 @@ class GraphCostModel:
             prepack_weights = bool(self.measured) and prepacks_weights(database)
         self.prepack_weights = prepack_weights
         self.measured_peak_floor = measured_peak_floor
+        self.score_injective = score_injective
         self._predicted: dict[str, float] = {}  # workload hash -> raw predicted ms
         self._calibration: Calibration | None = None
         self._peak_gflops: float | None = None
@@ -247,7 +260,8 @@ class GraphCostModel:
         roofline time over the best score of its sampled schedules; cached."""
         if key not in self._predicted:
             flop = task_flop(mod) if flop is None else flop
-            score = best_score(mod, self.target, self.scorer, self.samples, self.seed)
+            score = (best_score(mod, self.target, self.scorer, self.samples, self.seed)
+                     if self.score_injective or has_reduction(mod) else None)
             share = 1.0 if score is None else float(np.clip(score, MIN_SCORE, 1.0))
             self._predicted[key] = roofline_ms(mod, flop) / share
         return self._predicted[key]

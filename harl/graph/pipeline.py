@@ -192,7 +192,8 @@ class GraphStage:
 
         settings = {"samples": self.config.cost_samples, "seed": self.seed,
                     "prepack_weights": self.prepack_weights,
-                    "measured_peak_floor": self.config.measured_peak_floor}
+                    "measured_peak_floor": self.config.measured_peak_floor,
+                    "score_injective": self.config.cost_score_injective}
         records = self.work_dir / RECORD_FILE
         if records.exists() and records.stat().st_size:
             return GraphCostModel.from_work_dir(self.work_dir, self.target, own_model=own_model,

@@ -41,6 +41,10 @@ def training_parser(description: str, *, updates: int, minutes: float, k: int, o
                         help="PPOConfig fields to change, e.g. entropy_coef=0.03")
     parser.add_argument("--force", action="store_true",
                         help=f"write the {what} even where it does not beat {beat}")
+    parser.add_argument("--score-injective", action="store_true",
+                        help="score the samples of tasks without a reduction too, as harl "
+                             "priced graphs until 2026-11-29 (default: their roofline time "
+                             "alone, as [graph] cost_score_injective = false)")
     if all_rules:
         parser.add_argument("--all-rules", action="store_true",
                             help="every rule and no conv layout pass (default: the rules and "
@@ -48,11 +52,13 @@ def training_parser(description: str, *, updates: int, minutes: float, k: int, o
     return parser
 
 
-def ppo_config(overrides: list[str]) -> PPOConfig:
-    """`PPOConfig` with the `KEY=VALUE` overrides, each converted to its field's type."""
+def ppo_config(overrides: list[str], **defaults) -> PPOConfig:
+    """`PPOConfig` with the tool's `defaults` and the `KEY=VALUE` overrides over them, each
+    converted to its field's type."""
     fields = {f.name: f.type for f in dataclasses.fields(PPOConfig)}
-    return PPOConfig(**{key: (int if fields[key] == "int" else float)(value)
-                        for key, value in (item.split("=", 1) for item in overrides)})
+    return PPOConfig(**{**defaults, **{
+        key: (int if fields[key] == "int" else float)(value)
+        for key, value in (item.split("=", 1) for item in overrides)}})
 
 
 def product_setting(target, all_rules: bool, *, node_decisions: bool = False):
@@ -71,6 +77,14 @@ def product_setting(target, all_rules: bool, *, node_decisions: bool = False):
             lowering(target, GraphConfig()) if blocked or node_decisions else None)
 
 
+def corpus_cost_model(target, args):
+    """The cost model corpus graphs are priced by: the shipped prior, `SAMPLES` schedules a
+    task, tasks without a reduction scored only with the tool's --score-injective."""
+    from harl.graph.cost import GraphCostModel
+
+    return GraphCostModel(target, samples=SAMPLES, score_injective=args.score_injective)
+
+
 def module_price(cost_model, layout):
     """A Relax module's estimated milliseconds as a run prices it: after `layout` (the lowering
     of `product_setting`, or None)."""
@@ -80,12 +94,14 @@ def module_price(cost_model, layout):
 
 
 def provenance(tool: str, *, train_specs, held_specs, run: dict, seed: int,
-               evaluation: dict) -> dict:
+               evaluation: dict, score_injective: bool = False) -> dict:
     """What a shipped policy's manifest says of its training: the tool, the pricing, the
     corpus split, the run's counts, the seed, the date, TVM's version and the evaluation."""
     import tvm
 
-    return {"trained_by": tool, "cost": COST,
+    cost = COST + (", tasks without a reduction scored too" if score_injective
+                   else ", tasks without a reduction at their roofline")
+    return {"trained_by": tool, "cost": cost,
             "corpus": {"train": [s.name for s in train_specs],
                        "held_out": [s.name for s in held_specs]},
             **run, "seed": seed,

@@ -53,10 +53,10 @@ class RlConfig:
     """no episode starts once this many distinct graphs have been costed"""
     max_actions: int = 200
     """rewrites offered per step at most (X-RLflow's location limit)"""
-    policy: str = "fresh"
-    """the starting policy: fresh (harl ships no pretrained one: pretraining did not beat a
-    random policy on held-out graphs), shipped (harl/data/graph_rl_policy.npz where present),
-    or the path of a policy .npz written by tools/train_graph_rl.py"""
+    policy: str = "shipped"
+    """the starting policy: shipped (harl/data/graph_rl_policy.npz: trained across small graphs
+    by tools/train_graph_rl.py; used where its rules are the search's), fresh, or the path of a
+    policy .npz written by that tool"""
     fine_tune: bool = True
     """update the policy with PPO on the episodes played (false: play the policy as it is)"""
     seed: int = 0

@@ -1,10 +1,10 @@
 """Graph search by reinforcement learning (X-RLflow on harl's rules): a graph neural network
 policy rewrites the graph one (rule, match) at a time, or stops, and is fine-tuned online with
 PPO on the episodes it plays on this graph; the result is the cheapest graph any episode
-reached. By default it starts from a fresh policy and learns on the model's graph alone: harl
-ships no pretrained policy, since the one `tools/train_graph_rl.py` trained across a corpus of
-small graphs did not beat a random policy on the corpus's held-out graphs. A policy file it
-writes (or `harl/data/graph_rl_policy.npz`, where one ships) can be the start instead.
+reached. It starts from the policy harl ships (`harl/data/graph_rl_policy.npz`, trained by
+`tools/train_graph_rl.py` across a corpus of small graphs, whose held-out graphs it rewrote
+zero-shot as well as greedy search) and plays that policy's most likely episode first; a fresh
+policy or another file written by the tool can be the start instead.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def starting_policy(config: RlConfig, rule_names: tuple[str, ...], *, node_dim: 
 def rl_search(mod, cost: Cost, *, config: RlConfig | None = None,
               rules: Sequence[Rule] | None = None) -> RlResult:
     """Play `config.episodes` episodes on `mod` (a PPO update after every
-    `ppo.episodes_per_update`), then one with the policy's most likely actions; the cheapest
+    `ppo.episodes_per_update`), then one with the policy's most likely actions; from a trained
+    policy, one with its most likely actions first too (its zero-shot answer); the cheapest
     graph reached in any of them, by `cost`."""
     import torch
 
@@ -82,10 +83,15 @@ def rl_search(mod, cost: Cost, *, config: RlConfig | None = None,
     trainer, steps, metrics = Trainer(policy, ppo, seed=config.seed), [], {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small graphs: threads cost more than they give
+    zero_shot = int(source != "fresh")  # a trained policy's own answer, played first
     try:
-        while trainer.episodes < config.episodes and memo.evals < config.max_evals:
+        if zero_shot:
+            trainer.episode(env, greedy=True)
+        while (trainer.episodes - zero_shot < config.episodes
+               and memo.evals < config.max_evals):
             steps += trainer.episode(env)
-            if config.fine_tune and trainer.episodes % ppo.episodes_per_update == 0:
+            if (config.fine_tune
+                    and (trainer.episodes - zero_shot) % ppo.episodes_per_update == 0):
                 metrics = trainer.update(steps)
                 steps = []
         if memo.evals < config.max_evals:
