@@ -242,6 +242,18 @@ def test_a_trained_policy_plays_its_most_likely_episode_first(tmp_path):
     assert result.cost <= result.initial_cost
 
 
+def test_the_shipped_policy_is_a_cpu_search_s_start():
+    from harl.graph.rules import search_rules
+    from harl.graph.search.rl import SHIPPED_POLICY, starting_policy
+
+    names = tuple(r.name for r in search_rules(blocked_convs=True))
+    policy, _, source = starting_policy(RlConfig(), names, node_dim=NODE_DIM, edge_dim=EDGE_DIM)
+    assert source == "shipped" and policy.rules == len(names)
+    manifest = json.loads(SHIPPED_POLICY.with_suffix(".json").read_text())
+    means = manifest["evaluation"]["mean_cut_percent"]  # what the tool's gate passed on
+    assert means["policy_greedy"] > max(means["random_mean"], 0.0)
+
+
 def test_a_policy_for_other_rules_is_not_used(tmp_path):
     from harl.graph.search.rl import starting_policy
 
