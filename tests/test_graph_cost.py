@@ -153,9 +153,8 @@ def _matmul_beside_exp():
 def test_only_tasks_with_a_reduction_are_scored_unless_asked(target):
     from harl.frontend.tasks import extract_tasks
     from harl.graph.cost import has_reduction, roofline_ms
-    from harl.target import parse_target
 
-    tasks = extract_tasks(_matmul_beside_exp(), parse_target(None))
+    tasks = extract_tasks(_matmul_beside_exp(), target)
     assert sorted(has_reduction(t.mod) for t in tasks) == [False, True]
     scored, unscored = CountingScorer(), CountingScorer()
     GraphCostModel(target, scorer=scored, score_injective=True).estimate(_matmul_beside_exp())
